@@ -1,0 +1,115 @@
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+#include "cli/commands.h"
+#include "common/units.h"
+#include "synth/presets.h"
+#include "synth/writer.h"
+
+namespace tandem::cli {
+namespace {
+
+struct SynthArgs {
+  std::string preset = "tiny";
+  std::string output;
+  std::optional<std::string> arch, type, vocab, chat_template;
+  std::optional<uint32_t> layers, dense_layers, embd, heads, kv_heads, head_dim, ff, ff_exp, experts, experts_used,
+      experts_shared, vocab_size, context;
+  std::optional<uint64_t> seed;
+  bool header_only = false;
+  int threads = 0;
+};
+
+template <typename T>
+void apply(const std::optional<T>& v, T& field) {
+  if (v) field = *v;
+}
+
+synth::ModelSpec build_spec(const SynthArgs& a) {
+  auto spec = synth::preset(a.preset);
+  if (!spec.is_ok()) fail(spec.status().message(), 2);
+  synth::ModelSpec s = spec.value();
+  apply(a.arch, s.arch);
+  apply(a.vocab, s.vocab);
+  apply(a.chat_template, s.chat_template);
+  apply(a.layers, s.n_layer);
+  apply(a.dense_layers, s.n_layer_dense_lead);
+  apply(a.embd, s.n_embd);
+  apply(a.heads, s.n_head);
+  apply(a.kv_heads, s.n_head_kv);
+  apply(a.head_dim, s.head_dim);
+  apply(a.ff, s.n_ff);
+  apply(a.ff_exp, s.n_ff_exp);
+  apply(a.experts, s.n_expert);
+  apply(a.experts_used, s.n_expert_used);
+  apply(a.experts_shared, s.n_expert_shared);
+  apply(a.vocab_size, s.n_vocab);
+  apply(a.context, s.n_ctx_train);
+  apply(a.seed, s.seed);
+  if (a.type) {
+    auto t = synth::parse_weight_type(*a.type);
+    if (!t.is_ok()) fail(t.status().message(), 2);
+    s.type = t.value();
+  }
+  if (a.header_only) s.header_only = true;
+  if (s.n_rot > s.head_dim) s.n_rot = s.head_dim;
+  return s;
+}
+
+}  // namespace
+
+void register_synth(CLI::App& app) {
+  std::string preset_help = "Model shape to start from:";
+  for (const auto& p : synth::presets()) preset_help += "\n  " + p.name + ": " + p.summary;
+  auto* cmd = app.add_subcommand("synth", "Write a GGUF model with random weights and a real tokenizer (for tests and benchmarks)");
+  static SynthArgs a;
+  cmd->add_option("-o,--output", a.output, "Output GGUF file")->required();
+  cmd->add_option("--preset", a.preset, preset_help)->capture_default_str();
+  cmd->add_option("--arch", a.arch, "Architecture: minimax-m3 or qwen3moe");
+  cmd->add_option("--type", a.type, "Type of the weight matrices: F32, F16, Q8_0, Q4_K, IQ4_XS");
+  cmd->add_option("--layers", a.layers, "Number of layers");
+  cmd->add_option("--dense-layers", a.dense_layers, "Leading layers with a dense FFN (minimax-m3)");
+  cmd->add_option("--embd", a.embd, "Hidden size");
+  cmd->add_option("--heads", a.heads, "Attention query heads");
+  cmd->add_option("--kv-heads", a.kv_heads, "Attention key/value heads");
+  cmd->add_option("--head-dim", a.head_dim, "Attention head size");
+  cmd->add_option("--ff", a.ff, "Dense FFN size");
+  cmd->add_option("--ff-exp", a.ff_exp, "Expert FFN size");
+  cmd->add_option("--experts", a.experts, "Routed experts per layer");
+  cmd->add_option("--experts-used", a.experts_used, "Routed experts used per token");
+  cmd->add_option("--experts-shared", a.experts_shared, "Shared experts per layer (minimax-m3)");
+  cmd->add_option("--context", a.context, "Trained context length written to the header");
+  cmd->add_option("--vocab", a.vocab, "Vocabulary GGUF to take the tokenizer from (a path, or a name in llama.cpp's models/)");
+  cmd->add_option("--vocab-size", a.vocab_size, "Embedding rows (only with --header-only: the real model's vocabulary size)");
+  cmd->add_option("--chat-template", a.chat_template, "Chat template file in llama.cpp's models/templates");
+  cmd->add_option("--seed", a.seed, "Random seed of the weights");
+  cmd->add_flag("--header-only", a.header_only, "Write the tensor table only, no data: a small file that inspect and plan read as the real model");
+  cmd->add_option("--threads", a.threads, "Generator threads (0: all cores)")->capture_default_str();
+  cmd->callback([] {
+    const synth::ModelSpec spec = build_spec(a);
+    synth::SynthOptions opts;
+    opts.threads = a.threads;
+    const bool tty = ::isatty(STDERR_FILENO);
+    auto last = std::chrono::steady_clock::now();
+    opts.progress = [&](uint64_t done, uint64_t total) {
+      const auto now = std::chrono::steady_clock::now();
+      if (done < total && now - last < std::chrono::seconds(tty ? 1 : 10)) return;
+      last = now;
+      std::fprintf(stderr, tty ? "\rwriting %s of %s (%.0f%%)   " : "writing %s of %s (%.0f%%)\n", format_bytes(done).c_str(),
+                   format_bytes(total).c_str(), total ? 100.0 * done / total : 100.0);
+      if (done == total && tty) std::fputc('\n', stderr);
+    };
+    auto r = synth::write_model(spec, a.output, opts);
+    if (!r.is_ok()) fail(r.status().message());
+    std::printf("wrote %s: %s (%llu bytes), %s parameters\n", r->path.c_str(), format_bytes(r->file_bytes).c_str(),
+                static_cast<unsigned long long>(r->file_bytes), format_count(static_cast<double>(r->n_params)).c_str());
+    std::printf("bytes read per generated token: %s (%llu)\n", format_bytes(r->active_bytes_per_token).c_str(),
+                static_cast<unsigned long long>(r->active_bytes_per_token));
+    std::printf("write speed: %.0f MB/s (%.1f s, flushed to disk)\n", r->bytes_per_s / 1e6, r->seconds);
+  });
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,109 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "engine/llama_log.h"
+#include "llama.h"
+
+namespace tandem::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct ModelDeleter { void operator()(llama_model* m) const { llama_model_free(m); } };
+struct ContextDeleter { void operator()(llama_context* c) const { llama_free(c); } };
+struct SamplerDeleter { void operator()(llama_sampler* s) const { llama_sampler_free(s); } };
+
+std::string with_reason(const std::string& what) {
+  const std::string reason = take_last_llama_error();
+  return reason.empty() ? what : what + ": " + reason;
+}
+
+std::string piece(const llama_vocab* vocab, llama_token token) {
+  char buf[256];
+  const int n = llama_token_to_piece(vocab, token, buf, sizeof buf, 0, false);
+  return n > 0 ? std::string(buf, n) : std::string();
+}
+
+}  // namespace
+
+Result<GenerateResult> generate(const GenerateOptions& o) {
+  if (o.n_predict < 1) return Status::invalid_argument("n_predict must be at least 1, got " + std::to_string(o.n_predict));
+  if (o.n_ctx < 8) return Status::invalid_argument("context size must be at least 8, got " + std::to_string(o.n_ctx));
+  llama_backend_init();
+  take_last_llama_error();
+  GenerateResult r;
+
+  auto t = Clock::now();
+  llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = -1;
+  std::unique_ptr<llama_model, ModelDeleter> model(llama_model_load_from_file(o.model.c_str(), mp));
+  if (!model) return Status::invalid_argument(with_reason(o.model + ": loading the model failed"));
+  r.load_s = since(t);
+
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = static_cast<uint32_t>(o.n_ctx);
+  cp.n_batch = static_cast<uint32_t>(o.n_ctx);
+  cp.n_seq_max = 1;
+  cp.n_threads = threads;
+  cp.n_threads_batch = threads;
+  cp.no_perf = true;
+  std::unique_ptr<llama_context, ContextDeleter> ctx(llama_init_from_model(model.get(), cp));
+  if (!ctx) return Status::resource_exhausted(with_reason(o.model + ": creating a context of " + std::to_string(o.n_ctx) + " tokens failed"));
+
+  const llama_vocab* vocab = llama_model_get_vocab(model.get());
+  std::vector<llama_token> prompt(o.prompt.size() + 8);
+  int n = llama_tokenize(vocab, o.prompt.data(), static_cast<int32_t>(o.prompt.size()), prompt.data(),
+                         static_cast<int32_t>(prompt.size()), /*add_special=*/true, /*parse_special=*/true);
+  if (n < 0) return Status::internal("tokenizing the prompt failed");
+  prompt.resize(n);
+  if (prompt.empty()) return Status::invalid_argument("the prompt is empty after tokenization");
+  if (static_cast<int>(prompt.size()) + o.n_predict > o.n_ctx) {
+    return Status::invalid_argument("prompt (" + std::to_string(prompt.size()) + " tokens) plus " + std::to_string(o.n_predict) +
+                                    " generated tokens exceed the context of " + std::to_string(o.n_ctx) + " tokens");
+  }
+  r.n_prompt_tokens = static_cast<int>(prompt.size());
+
+  std::unique_ptr<llama_sampler, SamplerDeleter> sampler(llama_sampler_chain_init(llama_sampler_chain_default_params()));
+  if (o.greedy) {
+    llama_sampler_chain_add(sampler.get(), llama_sampler_init_greedy());
+  } else {
+    llama_sampler_chain_add(sampler.get(), llama_sampler_init_temp(o.temperature));
+    llama_sampler_chain_add(sampler.get(), llama_sampler_init_dist(o.seed));
+  }
+
+  t = Clock::now();
+  llama_batch batch = llama_batch_get_one(prompt.data(), static_cast<int32_t>(prompt.size()));
+  if (int rc = llama_decode(ctx.get(), batch); rc != 0) {
+    return Status::internal(with_reason("decoding the prompt failed (llama_decode returned " + std::to_string(rc) + ")"));
+  }
+  Clock::time_point first_token;
+  for (int i = 0; i < o.n_predict; ++i) {
+    llama_token token = llama_sampler_sample(sampler.get(), ctx.get(), -1);
+    if (i == 0) {
+      r.prefill_s = since(t);
+      first_token = Clock::now();
+    }
+    if (!o.ignore_eos && llama_vocab_is_eog(vocab, token)) break;
+    r.tokens.push_back(token);
+    r.text += piece(vocab, token);
+    if (i + 1 == o.n_predict) break;
+    batch = llama_batch_get_one(&token, 1);
+    if (int rc = llama_decode(ctx.get(), batch); rc != 0) {
+      return Status::internal(with_reason("decoding token " + std::to_string(i + 1) + " failed (llama_decode returned " + std::to_string(rc) + ")"));
+    }
+  }
+  if (!r.tokens.empty()) {
+    r.decode_s = since(first_token);
+    if (r.tokens.size() > 1 && r.decode_s > 0) r.decode_tps = (r.tokens.size() - 1) / r.decode_s;
+  }
+  if (r.prefill_s > 0) r.prefill_tps = r.n_prompt_tokens / r.prefill_s;
+  return r;
+}
+
+}  // namespace tandem::engine

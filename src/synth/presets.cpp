@@ -1,0 +1,105 @@
+#include "synth/presets.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "ggml.h"
+
+namespace tandem::synth {
+namespace {
+
+// MiniMax-M3 as released (config.json of MiniMaxM3SparseForCausalLM; see docs/synth.md).
+ModelSpec minimax_m3_real() {
+  ModelSpec s;
+  s.arch = "minimax-m3";
+  s.name = "MiniMax-M3 (synthetic)";
+  s.n_layer = 60;
+  s.n_layer_dense_lead = 3;
+  s.n_embd = 6144;
+  s.n_head = 64;
+  s.n_head_kv = 4;
+  s.head_dim = 128;
+  s.n_rot = 64;
+  s.n_ff = 12288;
+  s.n_ff_exp = 3072;
+  s.n_expert = 128;
+  s.n_expert_used = 4;
+  s.n_expert_shared = 1;
+  s.n_ctx_train = 1048576;
+  s.indexer_head_size = 128;
+  s.indexer_top_k = 16;
+  s.indexer_block_size = 128;
+  s.indexer_local_blocks = 1;
+  s.rope_theta = 5e6f;
+  s.rms_eps = 1e-6f;
+  s.expert_weights_scale = 2.0f;
+  s.expert_weights_norm = true;
+  s.type = GGML_TYPE_IQ4_XS;
+  // No MiniMax vocabulary ships with llama.cpp: Qwen2's BPE tokenizer, padded to M3's 200064 rows.
+  s.vocab = "ggml-vocab-qwen2.gguf";
+  s.n_vocab = 200064;
+  s.chat_template = "MiniMax-M3.jinja";
+  return s;
+}
+
+ModelSpec tiny() {
+  ModelSpec s;  // the defaults of ModelSpec are the tiny minimax-m3
+  s.name = "tandem tiny minimax-m3";
+  s.n_expert = 4;
+  s.indexer_block_size = 32;
+  s.indexer_top_k = 2;
+  s.chat_template = "MiniMax-M3.jinja";
+  return s;
+}
+
+ModelSpec tiny_qwen3moe() {
+  ModelSpec s;
+  s.arch = "qwen3moe";
+  s.name = "tandem tiny qwen3moe";
+  s.n_layer = 2;
+  s.n_layer_dense_lead = 0;
+  s.n_rot = s.head_dim;
+  s.n_expert = 4;
+  s.n_expert_shared = 0;
+  s.chat_template = "Qwen-Qwen3-0.6B.jinja";
+  return s;
+}
+
+}  // namespace
+
+std::vector<PresetInfo> presets() {
+  return {
+      {"tiny", "minimax-m3, 4 layers, hidden 256, 4 experts (2 used + 1 shared), Q4_K, ~11 MB: tests and the demo"},
+      {"tiny-qwen3moe", "qwen3moe, 2 layers, hidden 256, 4 experts (2 used), Q4_K"},
+      {"m3-proxy", "MiniMax-M3's real per-token shapes with 16 routed experts instead of 128, IQ4_XS, ~34 GB: GPU benchmarks"},
+      {"m3", "the real MiniMax-M3 (~428B parameters, 128 experts), IQ4_XS; use with --header-only"},
+  };
+}
+
+Result<ModelSpec> preset(const std::string& name) {
+  if (name == "tiny") return tiny();
+  if (name == "tiny-qwen3moe") return tiny_qwen3moe();
+  if (name == "m3") return minimax_m3_real();
+  if (name == "m3-proxy") {
+    ModelSpec s = minimax_m3_real();
+    s.name = "MiniMax-M3 proxy, 16 experts (synthetic)";
+    s.n_expert = 16;
+    return s;
+  }
+  std::string known;
+  for (const auto& p : presets()) known += (known.empty() ? "" : ", ") + p.name;
+  return Status::invalid_argument("unknown preset '" + name + "' (known: " + known + ")");
+}
+
+Result<int> parse_weight_type(const std::string& name) {
+  std::string upper = name;
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+  for (ggml_type t : {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_IQ4_XS}) {
+    std::string n = ggml_type_name(t);
+    std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::toupper(c); });
+    if (n == upper) return static_cast<int>(t);
+  }
+  return Status::invalid_argument("unknown weight type '" + name + "' (use F32, F16, Q8_0, Q4_K or IQ4_XS)");
+}
+
+}  // namespace tandem::synth

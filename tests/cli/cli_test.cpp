@@ -1,0 +1,91 @@
+// The tandem binary as a user runs it: exit codes, one-line errors, the documented output.
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace tandem::cli {
+namespace {
+
+using tandem::testing::run_tandem;
+using tandem::testing::ScratchDir;
+using tandem::testing::write_file;
+
+TEST(Cli, VersionNamesTheLlamaCommitAndBackends) {
+  ScratchDir dir;
+  auto r = run_tandem("version", dir.file(""));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("de3ff815"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CPU"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("RPC"), std::string::npos) << r.out;
+}
+
+TEST(Cli, DevicesListsTheCpuWithMemory) {
+  ScratchDir dir;
+  auto r = run_tandem("devices --json", dir.file(""));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j.empty());
+  EXPECT_EQ(j[0]["type"], "cpu");
+  EXPECT_GT(j[0]["total_bytes"].get<uint64_t>(), 0u);
+}
+
+TEST(Cli, SynthThenInspectJson) {
+  ScratchDir dir;
+  auto w = run_tandem("synth --preset tiny -o " + dir.file("t.gguf"), dir.file(""));
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_NE(w.out.find("bytes read per generated token"), std::string::npos) << w.out;
+  EXPECT_NE(w.out.find("MB/s"), std::string::npos) << w.out;
+  auto r = run_tandem("inspect --json " + dir.file("t.gguf"), dir.file(""));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["arch"], "minimax-m3");
+  EXPECT_EQ(j["n_layer"], 4);
+  EXPECT_GT(j["n_params"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["bytes"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["active_bytes_per_token"].get<uint64_t>(), 0u);
+  EXPECT_LT(j["active_bytes_per_token"].get<uint64_t>(), j["bytes"].get<uint64_t>());
+  auto text = run_tandem("inspect " + dir.file("t.gguf"), dir.file(""));
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.out.find("read per token"), std::string::npos) << text.out;
+}
+
+TEST(Cli, InspectOfABadFileIsOneLineAndExitsOne) {
+  ScratchDir dir;
+  write_file(dir.file("junk.gguf"), std::string(5000, 'x'));
+  for (const std::string& path : {dir.file("junk.gguf"), dir.file("missing.gguf")}) {
+    auto r = run_tandem("inspect " + path, dir.file(""));
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_EQ(r.err.rfind("tandem: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "exactly one line: " << r.err;
+  }
+}
+
+TEST(Cli, UsageErrorsExitTwo) {
+  ScratchDir dir;
+  EXPECT_EQ(run_tandem("", dir.file("")).exit_code, 2);
+  EXPECT_EQ(run_tandem("no-such-command", dir.file("")).exit_code, 2);
+  EXPECT_EQ(run_tandem("inspect", dir.file("")).exit_code, 2);
+  auto r = run_tandem("synth --preset huge -o " + dir.file("x.gguf"), dir.file(""));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown preset 'huge'"), std::string::npos) << r.err;
+  r = run_tandem("synth --type Q3_K -o " + dir.file("x.gguf"), dir.file(""));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("Q3_K"), std::string::npos) << r.err;
+}
+
+TEST(Cli, EngineGeneratesFromAPrompt) {
+  ScratchDir dir;
+  ASSERT_EQ(run_tandem("synth --preset tiny -o " + dir.file("t.gguf"), dir.file("")).exit_code, 0);
+  auto r = run_tandem("engine --json -m " + dir.file("t.gguf") + " -p 'Once upon a time' -n 6 --ignore-eos", dir.file(""));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tokens"].size(), 6u);
+  EXPECT_GT(j["decode_tps"].get<double>(), 0.0);
+}
+
+}  // namespace
+}  // namespace tandem::cli
