@@ -7,6 +7,8 @@
 
 namespace tandem::cli {
 
+namespace {
+
 void register_devices(CLI::App& app) {
   auto* cmd = app.add_subcommand("devices", "List this machine's compute devices with free and total memory");
   static bool json = false;
@@ -29,5 +31,9 @@ void register_devices(CLI::App& app) {
     }
   });
 }
+
+}  // namespace
+
+TANDEM_COMMAND(20, register_devices);
 
 }  // namespace tandem::cli

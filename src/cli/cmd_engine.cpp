@@ -7,6 +7,8 @@
 
 namespace tandem::cli {
 
+namespace {
+
 void register_engine(CLI::App& app) {
   auto* cmd = app.add_subcommand("engine", "Run the inference engine; with --prompt, generate once and print the text and speed");
   static engine::GenerateOptions o;
@@ -40,5 +42,9 @@ void register_engine(CLI::App& app) {
                  r->tokens.size(), r->load_s, r->n_prompt_tokens, r->prefill_tps, r->decode_tps);
   });
 }
+
+}  // namespace
+
+TANDEM_COMMAND(50, register_engine);
 
 }  // namespace tandem::cli

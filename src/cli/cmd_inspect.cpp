@@ -5,6 +5,8 @@
 
 namespace tandem::cli {
 
+namespace {
+
 void register_inspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "Describe a GGUF model from its header: shape, parameters, bytes read per token");
   static std::string path;
@@ -21,5 +23,9 @@ void register_inspect(CLI::App& app) {
     }
   });
 }
+
+}  // namespace
+
+TANDEM_COMMAND(30, register_inspect);
 
 }  // namespace tandem::cli

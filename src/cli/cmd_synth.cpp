@@ -61,6 +61,8 @@ synth::ModelSpec build_spec(const SynthArgs& a) {
 
 }  // namespace
 
+namespace {
+
 void register_synth(CLI::App& app) {
   std::string preset_help = "Model shape to start from:";
   for (const auto& p : synth::presets()) preset_help += "\n  " + p.name + ": " + p.summary;
@@ -111,5 +113,9 @@ void register_synth(CLI::App& app) {
     std::printf("write speed: %.0f MB/s (%.1f s, flushed to disk)\n", r->bytes_per_s / 1e6, r->seconds);
   });
 }
+
+}  // namespace
+
+TANDEM_COMMAND(40, register_synth);
 
 }  // namespace tandem::cli

@@ -5,6 +5,8 @@
 
 namespace tandem::cli {
 
+namespace {
+
 void register_version(CLI::App& app) {
   auto* cmd = app.add_subcommand("version", "Print tandem's version, the llama.cpp it is built on, and the ggml backends compiled in");
   cmd->callback([] {
@@ -17,5 +19,9 @@ void register_version(CLI::App& app) {
     std::printf("cpu       %s\n", b.cpu_features.c_str());
   });
 }
+
+}  // namespace
+
+TANDEM_COMMAND(10, register_version);
 
 }  // namespace tandem::cli

@@ -1,7 +1,9 @@
-// Each subcommand registers its flags and a callback that calls one library function.
+// Each subcommand lives in its own cmd_*.cpp, registers its flags and a callback that calls one
+// library function, and adds itself to the binary with TANDEM_COMMAND.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace tandem::cli {
 
@@ -10,13 +12,20 @@ struct Exit {
   int code;
 };
 
-void register_version(CLI::App& app);
-void register_devices(CLI::App& app);
-void register_inspect(CLI::App& app);
-void register_synth(CLI::App& app);
-void register_engine(CLI::App& app);
-
 // Prints "tandem: error: <message>" to stderr and throws Exit{code}.
 [[noreturn]] void fail(const std::string& message, int code = 1);
 
+using Registrar = void (*)(CLI::App&);
+
+// Adds a subcommand to `tandem`; `order` sets its place in --help.
+struct CommandRegistration {
+  CommandRegistration(int order, Registrar registrar);
+};
+
+// Registers every subcommand in order (called once by main).
+void register_all(CLI::App& app);
+
 }  // namespace tandem::cli
+
+#define TANDEM_COMMAND(order, fn) \
+  static const ::tandem::cli::CommandRegistration tandem_command_##fn(order, fn)

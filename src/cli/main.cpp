@@ -1,10 +1,27 @@
 // tandem: serve one large language model across the machines you own.
+#include <algorithm>
 #include <cstdio>
-#include <iostream>
+#include <vector>
 
 #include "cli/commands.h"
 
 namespace tandem::cli {
+namespace {
+
+std::vector<std::pair<int, Registrar>>& registry() {
+  static std::vector<std::pair<int, Registrar>> r;
+  return r;
+}
+
+}  // namespace
+
+CommandRegistration::CommandRegistration(int order, Registrar registrar) { registry().emplace_back(order, registrar); }
+
+void register_all(CLI::App& app) {
+  auto& r = registry();
+  std::stable_sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [order, registrar] : r) registrar(app);
+}
 
 void fail(const std::string& message, int code) {
   std::fprintf(stderr, "tandem: error: %s\n", message.c_str());
@@ -15,22 +32,14 @@ void fail(const std::string& message, int code) {
 
 int main(int argc, char** argv) {
   CLI::App app{"tandem: serve one large language model across the machines you own.\n"
-               "Design: docs/architecture.md. Every subcommand has --help."};
+               "Docs: docs/cli.md. Every subcommand has --help."};
   app.require_subcommand(1);
-  app.fallthrough(false);
-  app.set_version_flag("--version", [] { return std::string("tandem (run `tandem version` for details)"); });
-  tandem::cli::register_version(app);
-  tandem::cli::register_devices(app);
-  tandem::cli::register_inspect(app);
-  tandem::cli::register_synth(app);
-  tandem::cli::register_engine(app);
+  tandem::cli::register_all(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
