@@ -9,6 +9,20 @@ namespace tandem::cli {
 
 namespace {
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::string item;
+  for (char c : text + ",") {
+    if (c == ',') {
+      if (!item.empty()) out.push_back(item);
+      item.clear();
+    } else if (c != ' ') {
+      item += c;
+    }
+  }
+  return out;
+}
+
 void register_engine(CLI::App& app) {
   auto* cmd = app.add_subcommand("engine", "Run the inference engine; with --prompt, generate once and print the text and speed");
   static engine::GenerateOptions o;
@@ -23,10 +37,25 @@ void register_engine(CLI::App& app) {
       ->check(CLI::Range(0.0f, 5.0f))->each([](const std::string&) { o.greedy = false; });
   cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
   cmd->add_flag("--ignore-eos", o.ignore_eos, "Keep generating past end-of-generation tokens");
+  static std::string rpc, split;
+  cmd->add_option("--rpc", rpc, "Comma-separated ggml RPC servers (host:port) to offload layers to");
+  cmd->add_option("--cpu-layers", o.placement.cpu_layers, "Number of leading layers kept on the host CPU")->capture_default_str();
+  cmd->add_option("--layer-split", split, "Comma-separated layer counts per offload device (local GPUs, then RPC devices)");
+  static bool no_repack = false;
+  cmd->add_flag("--no-cpu-repack", no_repack, "Keep CPU weights in file layout (bit-identical to a CPU split through RPC servers)");
   cmd->add_flag("--json", json, "Print the result as JSON (text, tokens, timings)");
   cmd->add_flag("-v,--verbose", verbose, "Show libllama's log (-v warnings, -vv everything)");
   cmd->callback([] {
     engine::set_llama_verbosity(verbose);
+    o.placement.rpc_servers = split_list(rpc);
+    o.placement.cpu_weight_repack = !no_repack;
+    for (const std::string& n : split_list(split)) {
+      try {
+        o.placement.device_layers.push_back(std::stoi(n));
+      } catch (const std::exception&) {
+        fail("--layer-split: '" + n + "' is not a layer count", 2);
+      }
+    }
     auto r = engine::generate(o);
     if (!r.is_ok()) fail(r.status().message());
     if (json) {

@@ -14,7 +14,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-struct ModelDeleter { void operator()(llama_model* m) const { llama_model_free(m); } };
 struct ContextDeleter { void operator()(llama_context* c) const { llama_free(c); } };
 struct SamplerDeleter { void operator()(llama_sampler* s) const { llama_sampler_free(s); } };
 
@@ -39,10 +38,12 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   GenerateResult r;
 
   auto t = Clock::now();
-  llama_model_params mp = llama_model_default_params();
-  mp.n_gpu_layers = -1;
-  std::unique_ptr<llama_model, ModelDeleter> model(llama_model_load_from_file(o.model.c_str(), mp));
-  if (!model) return Status::invalid_argument(with_reason(o.model + ": loading the model failed"));
+  LoadOptions lo;
+  lo.model = o.model;
+  lo.placement = o.placement;
+  auto loaded = load_model(lo);
+  if (!loaded.is_ok()) return loaded.status();
+  ModelPtr model = std::move(loaded.value());
   r.load_s = since(t);
 
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

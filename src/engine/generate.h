@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/model_loader.h"
 
 namespace tandem::engine {
 
@@ -20,6 +21,7 @@ struct GenerateOptions {
   float temperature = 0.8f;
   uint32_t seed = 42;
   bool ignore_eos = false;      // keep generating past end-of-generation tokens (benchmarks)
+  Placement placement;          // where the layers go (default: all on the local GPUs, else CPU)
 };
 
 struct GenerateResult {

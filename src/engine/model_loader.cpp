@@ -1,0 +1,161 @@
+#include "engine/model_loader.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <numeric>
+
+#include "engine/llama_log.h"
+#include "ggml-backend.h"
+#include "ggml-rpc.h"
+#include "llama.h"
+#include "plan/model_info.h"
+
+namespace tandem::engine {
+namespace {
+
+std::string with_reason(const std::string& what) {
+  const std::string reason = take_last_llama_error();
+  return reason.empty() ? what : what + ": " + reason;
+}
+
+bool is_rpc(ggml_backend_dev_t dev) {
+  ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+  return reg != nullptr && std::strcmp(ggml_backend_reg_name(reg), "RPC") == 0;
+}
+
+// ggml's RPC client aborts the process when it cannot connect, so every endpoint is first tried
+// here, with a deadline, to turn the common failure into an error.
+Status probe_endpoint(const std::string& endpoint, int timeout_ms) {
+  const size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) {
+    return Status::invalid_argument("RPC server '" + endpoint + "': expected HOST:PORT");
+  }
+  std::string host = endpoint.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string port = endpoint.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    return Status::unavailable("RPC server " + endpoint + ": cannot resolve: " + gai_strerror(rc));
+  }
+  std::string why = "no address";
+  bool ok = false;
+  for (addrinfo* a = res; a != nullptr && !ok; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd pfd{fd, POLLOUT, 0};
+      if (::poll(&pfd, 1, timeout_ms) == 1) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        ok = err == 0;
+        if (!ok) why = std::strerror(err);
+      } else {
+        why = "no answer within " + std::to_string(timeout_ms) + " ms";
+      }
+    } else {
+      why = std::strerror(errno);
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (!ok) return Status::unavailable("RPC server " + endpoint + ": cannot connect: " + why);
+  return Status::ok();
+}
+
+Result<std::vector<ggml_backend_dev_t>> collect_devices(const Placement& p) {
+  std::vector<ggml_backend_dev_t> devices;
+  if (p.use_local_gpus) {
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+      ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+      const auto type = ggml_backend_dev_type(dev);
+      if (!is_rpc(dev) && (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU)) {
+        devices.push_back(dev);
+      }
+    }
+  }
+  for (const std::string& server : p.rpc_servers) {
+    TANDEM_RETURN_IF_ERROR(probe_endpoint(server, 3000));
+    // Registers the server's devices with ggml (once per endpoint) after asking the server for them.
+    ggml_backend_reg_t reg = ggml_backend_rpc_add_server(server.c_str());
+    if (reg == nullptr || ggml_backend_reg_dev_count(reg) == 0) {
+      return Status::unavailable(with_reason("RPC server " + server + ": not reachable or offers no device"));
+    }
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) devices.push_back(ggml_backend_reg_dev_get(reg, i));
+  }
+  return devices;
+}
+
+}  // namespace
+
+void ModelDeleter::operator()(llama_model* m) const { llama_model_free(m); }
+
+Result<std::vector<std::string>> offload_devices(const Placement& placement) {
+  llama_backend_init();
+  auto devices = collect_devices(placement);
+  if (!devices.is_ok()) return devices.status();
+  std::vector<std::string> names;
+  for (ggml_backend_dev_t d : devices.value()) names.emplace_back(ggml_backend_dev_name(d));
+  return names;
+}
+
+Result<ModelPtr> load_model(const LoadOptions& o) {
+  llama_backend_init();
+  take_last_llama_error();
+  auto info = plan::read_model_info(o.model);
+  if (!info.is_ok()) return info.status();
+  const int n_layer = static_cast<int>(info->n_layer);
+  const Placement& p = o.placement;
+  if (p.cpu_layers < 0 || p.cpu_layers > n_layer) {
+    return Status::invalid_argument("CPU layers must be in 0.." + std::to_string(n_layer) + ", got " + std::to_string(p.cpu_layers));
+  }
+  auto devices = collect_devices(p);
+  if (!devices.is_ok()) return devices.status();
+
+  llama_model_params mp = llama_model_default_params();
+  std::vector<ggml_backend_dev_t> device_list = devices.value();
+  device_list.push_back(nullptr);
+  mp.devices = device_list.data();
+  mp.split_mode = LLAMA_SPLIT_MODE_LAYER;
+  mp.use_extra_bufts = p.cpu_weight_repack;
+  // llama.cpp counts the output head as one more layer, offloaded with the last device.
+  mp.n_gpu_layers = devices->empty() ? 0 : n_layer + 1 - p.cpu_layers;
+  std::vector<float> split(llama_max_devices(), 0.0f);
+  if (!p.device_layers.empty()) {
+    if (p.device_layers.size() != devices->size()) {
+      return Status::invalid_argument("the layer split names " + std::to_string(p.device_layers.size()) + " devices, but " +
+                                      std::to_string(devices->size()) + " offload devices are present");
+    }
+    const int offloaded = std::accumulate(p.device_layers.begin(), p.device_layers.end(), 0);
+    if (offloaded + p.cpu_layers != n_layer) {
+      return Status::invalid_argument("the layer split covers " + std::to_string(offloaded + p.cpu_layers) + " layers, the model has " +
+                                      std::to_string(n_layer));
+    }
+    // Integer layer counts as proportions reproduce llama.cpp's boundaries exactly: the split
+    // points are k/(n+1) and layer il goes to the first device whose point exceeds il/(n+1).
+    for (size_t i = 0; i < p.device_layers.size(); ++i) split[i] = static_cast<float>(p.device_layers[i]);
+    split[p.device_layers.size() - 1] += 1.0f;
+    mp.tensor_split = split.data();
+  }
+  std::function<bool(float)> progress = o.progress;
+  if (progress) {
+    mp.progress_callback = [](float f, void* user) { return (*static_cast<std::function<bool(float)>*>(user))(f); };
+    mp.progress_callback_user_data = &progress;
+  }
+  ModelPtr model(llama_model_load_from_file(o.model.c_str(), mp));
+  if (!model) return Status::invalid_argument(with_reason(o.model + ": loading the model failed"));
+  return model;
+}
+
+}  // namespace tandem::engine

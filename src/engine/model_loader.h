@@ -1,0 +1,49 @@
+// Loading a model through libllama onto local devices and remote ggml RPC servers.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+struct llama_model;
+
+namespace tandem::engine {
+
+// Where the layers go. Offload devices are the local GPUs (when `use_local_gpus`) followed by the
+// devices of each RPC server, in the order given.
+struct Placement {
+  std::vector<std::string> rpc_servers;  // "host:port" of ggml RPC servers (or tandem forwarders)
+  bool use_local_gpus = true;
+  int cpu_layers = 0;                    // the first layers stay on the host CPU
+  // Layers per offload device; the output head goes with the last device. Empty: llama.cpp's
+  // default (proportional to free memory). Otherwise must cover every layer not on the CPU.
+  std::vector<int> device_layers;
+  // Lets the CPU backend repack weights into its faster interleaved layouts. ggml's RPC server
+  // never repacks, and repacked kernels round differently, so a one-process run that must give
+  // bit-identical tokens to a CPU split (the tests' oracle) turns this off.
+  bool cpu_weight_repack = true;
+};
+
+struct LoadOptions {
+  std::string model;
+  Placement placement;
+  // Called with the load fraction in [0, 1]; returning false aborts the load.
+  std::function<bool(float)> progress;
+};
+
+struct ModelDeleter {
+  void operator()(llama_model* m) const;
+};
+using ModelPtr = std::unique_ptr<llama_model, ModelDeleter>;
+
+// Names of the offload devices `placement` would use, in order (e.g. "CUDA0", "RPC0[127.0.0.1:7071]").
+Result<std::vector<std::string>> offload_devices(const Placement& placement);
+
+// Loads the model with every layer placed as asked; no warm-up. Errors say which server could not
+// be reached or why libllama refused the model.
+Result<ModelPtr> load_model(const LoadOptions& options);
+
+}  // namespace tandem::engine
