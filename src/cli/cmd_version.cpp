@@ -1,7 +1,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "engine/build_info.h"
+#include "worker/build_info.h"
 
 namespace tandem::cli {
 
@@ -10,7 +10,7 @@ namespace {
 void register_version(CLI::App& app) {
   auto* cmd = app.add_subcommand("version", "Print tandem's version, the llama.cpp it is built on, and the ggml backends compiled in");
   cmd->callback([] {
-    const engine::BuildInfo b = engine::build_info();
+    const worker::BuildInfo b = worker::build_info();
     std::printf("tandem    %s\n", b.tandem_version.c_str());
     std::printf("llama.cpp %s (commit %s)\n", b.llama_tag.c_str(), b.llama_commit.c_str());
     std::string backends;

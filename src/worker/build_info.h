@@ -4,16 +4,16 @@
 #include <string>
 #include <vector>
 
-namespace tandem::engine {
+namespace tandem::worker {
 
 struct BuildInfo {
   std::string tandem_version;
   std::string llama_tag;     // the pinned release, or "unpinned"
   std::string llama_commit;  // as recorded by llama.cpp's own build
   std::vector<std::string> backends;  // ggml backends compiled in, e.g. CPU, RPC, CUDA
-  std::string cpu_features;  // llama_print_system_info()
+  std::string cpu_features;  // the CPU backend's features, e.g. "AVX2 FMA F16C"
 };
 
 BuildInfo build_info();
 
-}  // namespace tandem::engine
+}  // namespace tandem::worker

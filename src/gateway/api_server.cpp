@@ -1,0 +1,294 @@
+#include "gateway/api_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+
+#include "gateway/openai.h"
+
+namespace tandem::gateway {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+void send_error(httplib::Response& res, const Status& s, int retry_after_s = 0) {
+  res.status = openai::http_status(s);
+  if (retry_after_s > 0) res.set_header("Retry-After", std::to_string(retry_after_s));
+  res.set_content(openai::error_body(s), "application/json");
+}
+
+void send_unauthorized(httplib::Response& res, const std::string& message) {
+  res.status = 401;
+  res.set_header("WWW-Authenticate", "Bearer");
+  json e = {{"message", message}, {"type", "authentication_error"}, {"param", nullptr}, {"code", "invalid_api_key"}};
+  res.set_content(json{{"error", e}}.dump(), "application/json");
+}
+
+std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+
+}  // namespace
+
+struct ApiServer::Call {
+  GenerationRequest request;
+  std::string endpoint_name;
+  KeyRecord key;
+  bool stream = false;
+  bool include_usage = false;
+  int64_t created = 0;
+  Clock::time_point started = Clock::now();
+  std::atomic<bool> finished{false};
+  openai::Accumulated result;
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<GenerationEvent> events;  // guarded by mutex
+
+  void push(const GenerationEvent& e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    events.push_back(e);
+    cv.notify_all();
+  }
+  // Waits up to `timeout` for the next event; false when none came.
+  bool pop(GenerationEvent* e, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!cv.wait_for(lock, timeout, [&] { return !events.empty(); })) return false;
+    *e = std::move(events.front());
+    events.pop_front();
+    return true;
+  }
+};
+
+ApiServer::ApiServer(ApiOptions options, Backend* backend, KeyStore* keys, HealthSource health)
+    : options_(std::move(options)), backend_(backend), keys_(keys), health_(std::move(health)),
+      server_(std::make_unique<httplib::Server>()) {
+  const int threads = options_.threads > 0 ? options_.threads : options_.max_in_flight + 8;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_payload_max_length(options_.max_body_bytes);
+  server_->set_read_timeout(options_.read_timeout_s, 0);
+  server_->set_write_timeout(options_.write_timeout_s, 0);
+  server_->set_keep_alive_timeout(options_.keep_alive_s);
+  install_routes();
+}
+
+ApiServer::~ApiServer() { stop(); }
+
+Status ApiServer::start() {
+  if (options_.port == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+  } else {
+    port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
+  }
+  if (port_ <= 0) {
+    return Status::unavailable("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+                               " (address in use, or not an address of this machine?)");
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return Status::ok();
+}
+
+void ApiServer::stop() {
+  draining_ = true;
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ApiServer::install_routes() {
+  server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const HealthReport h = health_();
+    json body = h.detail;
+    body["state"] = draining_ ? "draining" : h.state;
+    body["accepting"] = h.accepting && !draining_;
+    body["requests_in_flight"] = in_flight_.load();
+    res.status = (h.accepting && !draining_) ? 200 : 503;
+    res.set_content(body.dump(), "application/json");
+  });
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    metrics_.set_in_flight(in_flight_);
+    res.set_content(metrics_.render() + health_().extra_metrics, "text/plain; version=0.0.4");
+  });
+  server_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    KeyRecord key;
+    if (!authenticate(req, res, &key)) return;
+    res.set_content(openai::models_response(options_.model_id, std::time(nullptr)).dump(), "application/json");
+  });
+  server_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(Endpoint::chat, req, res);
+  });
+  server_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(Endpoint::completion, req, res);
+  });
+  // Every other path, and errors httplib raises itself (e.g. 413 for a body over the limit).
+  server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    Status s = res.status == 413   ? Status::invalid_argument("request body too large")
+               : res.status == 404 ? Status::invalid_argument("no route " + req.method + " " + req.path)
+                                   : Status::invalid_argument("bad request");
+    const int status = res.status;
+    res.set_content(openai::error_body(s), "application/json");
+    res.status = status;
+  });
+  server_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    send_error(res, Status::internal("unexpected error while handling the request"));
+  });
+}
+
+bool ApiServer::authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key) {
+  if (!options_.auth) {
+    key->id = "anonymous";
+    return true;
+  }
+  const std::string header = req.get_header_value("Authorization");
+  if (header.empty()) {
+    send_unauthorized(res, "missing API key: send 'Authorization: Bearer <key>' (create one with `tandem keys create`)");
+    return false;
+  }
+  if (header.rfind("Bearer ", 0) != 0) {
+    send_unauthorized(res, "the Authorization header must be 'Bearer <key>'");
+    return false;
+  }
+  auto k = keys_->authenticate(header.substr(7));
+  if (!k.is_ok()) {
+    send_unauthorized(res, "invalid API key: " + k.status().message());
+    return false;
+  }
+  *key = k.value();
+  return true;
+}
+
+void ApiServer::handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  const std::string name = endpoint == Endpoint::chat ? "chat" : "completions";
+  const auto started = Clock::now();
+  auto refuse = [&](const Status& s, int retry_after) {
+    send_error(res, s, retry_after);
+    metrics_.request_finished(name, res.status, std::chrono::duration<double>(Clock::now() - started).count());
+  };
+  KeyRecord key;
+  if (!authenticate(req, res, &key)) {
+    metrics_.request_finished(name, 401, 0);
+    return;
+  }
+  auto body = openai::parse_request(req.body, endpoint, options_.model_id);
+  if (!body.is_ok()) return refuse(body.status(), 0);
+  const HealthReport health = health_();
+  if (draining_) return refuse(Status::unavailable("the server is shutting down"), 5);
+  if (!health.accepting) {
+    return refuse(Status::unavailable("the cluster is " + health.state + "; see /health"), health.retry_after_s);
+  }
+  if (in_flight_.fetch_add(1) >= options_.max_in_flight) {
+    --in_flight_;
+    return refuse(Status::unavailable("server busy: " + std::to_string(options_.max_in_flight) + " requests in flight"), 2);
+  }
+  const Admission admission = limiter_.acquire(key.id, key.limits);
+  if (!admission.admitted) {
+    --in_flight_;
+    return refuse(Status::resource_exhausted("rate limit: " + admission.reason), admission.retry_after_s);
+  }
+
+  auto call = std::make_shared<Call>();
+  call->request.endpoint = endpoint;
+  call->request.body = std::move(body.value());
+  call->request.id = (endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-") + std::to_string(std::time(nullptr)) + "-" +
+                     std::to_string(next_id_++);
+  call->endpoint_name = name;
+  call->key = key;
+  call->started = started;
+  call->created = std::time(nullptr);
+  call->stream = call->request.body.value("stream", false);
+  const json& so = call->request.body.value("stream_options", json::object());
+  call->include_usage = so.is_object() && so.value("include_usage", false);
+
+  Status submitted = backend_->submit(call->request, [call](const GenerationEvent& e) { call->push(e); });
+  if (!submitted.is_ok()) {
+    send_error(res, submitted, submitted.code() == StatusCode::unavailable ? health.retry_after_s : 0);
+    finish(*call, res.status);
+    return;
+  }
+  if (call->stream) {
+    respond_stream(call, res);
+  } else {
+    respond_complete(call, res);
+  }
+}
+
+void ApiServer::respond_complete(const std::shared_ptr<Call>& call, httplib::Response& res) {
+  GenerationEvent e;
+  for (;;) {
+    if (!call->pop(&e, std::chrono::milliseconds(1000))) continue;  // the backend always ends with done or error
+    if (e.type == GenerationEvent::Type::delta) {
+      call->result.add(e);
+      continue;
+    }
+    break;
+  }
+  if (e.type == GenerationEvent::Type::error) {
+    send_error(res, e.error, e.error.code() == StatusCode::unavailable ? 5 : 0);
+  } else {
+    call->result.add(e);
+    call->result.finish_reason = e.finish_reason;
+    call->result.prompt_tokens = e.prompt_tokens;
+    call->result.completion_tokens = e.completion_tokens;
+    res.set_content(openai::completion_response(call->request, options_.model_id, call->created, call->result).dump(),
+                    "application/json");
+  }
+  finish(*call, res.status);
+}
+
+void ApiServer::respond_stream(const std::shared_ptr<Call>& call, httplib::Response& res) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  auto first = std::make_shared<bool>(true);
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, call, first](size_t, httplib::DataSink& sink) {
+        GenerationEvent e;
+        if (!call->pop(&e, std::chrono::milliseconds(options_.ping_interval_ms))) {
+          // A comment line keeps proxies from timing out and finds clients that went away.
+          if (!sink.write(": ping\n\n", 8)) {
+            backend_->cancel(call->request.id);
+            return false;
+          }
+          return true;
+        }
+        std::string out;
+        if (e.type == GenerationEvent::Type::error) {
+          out = "data: " + openai::error_body(e.error) + "\n\n";
+        } else {
+          out = sse(openai::stream_chunk(call->request, options_.model_id, call->created, e, *first));
+          *first = false;
+          call->result.add(e);
+          if (e.type == GenerationEvent::Type::done) {
+            call->result.prompt_tokens = e.prompt_tokens;
+            call->result.completion_tokens = e.completion_tokens;
+            if (call->include_usage) {
+              out += sse(openai::usage_chunk(call->request, options_.model_id, call->created, e.prompt_tokens, e.completion_tokens));
+            }
+            out += "data: [DONE]\n\n";
+          }
+        }
+        if (!sink.write(out.data(), out.size())) {
+          backend_->cancel(call->request.id);
+          return false;
+        }
+        if (e.type != GenerationEvent::Type::delta) sink.done();
+        return true;
+      },
+      [this, call](bool success) { finish(*call, success ? 200 : 499); });
+}
+
+void ApiServer::finish(Call& call, int http_status) {
+  if (call.finished.exchange(true)) return;
+  limiter_.release(call.key.id);
+  --in_flight_;
+  metrics_.request_finished(call.endpoint_name, http_status,
+                            std::chrono::duration<double>(Clock::now() - call.started).count());
+  metrics_.tokens(call.result.prompt_tokens, call.result.completion_tokens);
+  if (keys_ != nullptr && options_.auth && (call.result.prompt_tokens || call.result.completion_tokens)) {
+    keys_->record_usage(call.key.id, call.result.prompt_tokens, call.result.completion_tokens);
+  }
+}
+
+}  // namespace tandem::gateway

@@ -1,0 +1,94 @@
+// The OpenAI-compatible HTTP front end: routes, API-key auth, limits, streaming, health, metrics.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "gateway/backend.h"
+#include "gateway/keys.h"
+#include "gateway/limiter.h"
+#include "gateway/metrics.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}
+
+namespace tandem::gateway {
+
+struct ApiOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                      // 0 picks a free port (see ApiServer::port())
+  std::string model_id = "tandem";      // the name clients pass as `model`
+  bool auth = true;                     // false only with --insecure-no-auth
+  size_t max_body_bytes = 4u << 20;
+  int read_timeout_s = 30;              // for the request head and body
+  int write_timeout_s = 60;
+  int keep_alive_s = 30;                // idle keep-alive connections are closed after this
+  int max_in_flight = 64;               // generation requests admitted at once; beyond: 503
+  int threads = 0;                      // HTTP worker threads; 0 = max_in_flight + 8
+  int ping_interval_ms = 1000;          // SSE comment while a stream waits: detects gone clients
+};
+
+// What /health reports and whether generation requests are admitted right now.
+struct HealthReport {
+  std::string state = "ready";  // starting, loading, ready, degraded, recovering, draining
+  bool accepting = true;
+  int retry_after_s = 5;        // when not accepting
+  nlohmann::json detail = nlohmann::json::object();  // load progress, nodes, ...
+  std::string extra_metrics;    // Prometheus lines of the supervisor (link bytes, node states)
+};
+using HealthSource = std::function<HealthReport()>;
+
+// Owns the HTTP server and its listening thread. `backend`, `keys` (may be null when auth is off)
+// and `health` must outlive the server.
+class ApiServer {
+ public:
+  ApiServer(ApiOptions options, Backend* backend, KeyStore* keys, HealthSource health);
+  ~ApiServer();
+
+  // Binds and starts serving in a background thread. An error names the address and why.
+  Status start();
+  int port() const { return port_; }
+  // Stops accepting requests: new generation requests get 503 "draining" from now on.
+  void stop_accepting() { draining_ = true; }
+  // Generation requests admitted and not finished.
+  int in_flight() const { return in_flight_; }
+  // Closes the listener and all connections; in-flight streams end.
+  void stop();
+
+ private:
+  struct Call;  // one generation request in flight
+  void install_routes();
+  void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void respond_complete(const std::shared_ptr<Call>& call, httplib::Response& res);
+  void respond_stream(const std::shared_ptr<Call>& call, httplib::Response& res);
+  // Checks the bearer key; on failure writes the 401 and returns false.
+  bool authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key);
+  // Ends `call` once: releases its limits and records metrics and usage.
+  void finish(Call& call, int http_status);
+
+  const ApiOptions options_;
+  Backend* const backend_;
+  KeyStore* const keys_;
+  const HealthSource health_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+  Limiter limiter_;
+  Metrics metrics_;
+  std::atomic<int> in_flight_{0};
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace tandem::gateway
