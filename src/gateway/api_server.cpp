@@ -87,6 +87,9 @@ Status ApiServer::start() {
                                " (address in use, or not an address of this machine?)");
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // httplib's stop() is a no-op until the listen loop runs, so a stop right after start would
+  // otherwise leave the loop running forever.
+  for (int i = 0; i < 500 && !server_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   return Status::ok();
 }
 
@@ -227,6 +230,7 @@ void ApiServer::respond_complete(const std::shared_ptr<Call>& call, httplib::Res
   if (e.type == GenerationEvent::Type::error) {
     send_error(res, e.error, e.error.code() == StatusCode::unavailable ? 5 : 0);
   } else {
+    res.status = 200;
     call->result.add(e);
     call->result.finish_reason = e.finish_reason;
     call->result.prompt_tokens = e.prompt_tokens;

@@ -33,7 +33,7 @@ struct ApiOptions {
   size_t max_body_bytes = 4u << 20;
   int read_timeout_s = 30;              // for the request head and body
   int write_timeout_s = 60;
-  int keep_alive_s = 30;                // idle keep-alive connections are closed after this
+  int keep_alive_s = 5;                 // idle keep-alive connections are closed after this
   int max_in_flight = 64;               // generation requests admitted at once; beyond: 503
   int threads = 0;                      // HTTP worker threads; 0 = max_in_flight + 8
   int ping_interval_ms = 1000;          // SSE comment while a stream waits: detects gone clients

@@ -1,0 +1,73 @@
+#include <cstdio>
+#include <ctime>
+
+#include "cli/commands.h"
+#include "gateway/keys.h"
+
+namespace tandem::cli {
+namespace {
+
+std::unique_ptr<gateway::KeyStore> open_store(const std::string& path) {
+  auto store = gateway::KeyStore::open(path);
+  if (!store.is_ok()) fail(store.status().message());
+  return std::move(store.value());
+}
+
+std::string date(int64_t t) {
+  if (t == 0) return "-";
+  char buf[32];
+  const std::time_t tt = static_cast<std::time_t>(t);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", std::gmtime(&tt));
+  return buf;
+}
+
+void register_keys(CLI::App& app) {
+  auto* keys = app.add_subcommand("keys", "Manage the API keys of `tandem serve` (stored hashed in SQLite)");
+  keys->require_subcommand(1);
+  static std::string db = "/var/lib/tandem/keys.db";
+  keys->add_option("--db", db, "Key database (the [server] keys_db of tandem.toml)")->capture_default_str();
+
+  auto* create = keys->add_subcommand("create", "Create a key and print it (it is shown only this once)");
+  static std::string name;
+  static gateway::KeyLimits limits;
+  create->add_option("--name", name, "A name for the key: who or what uses it")->required();
+  create->add_option("--rpm", limits.rpm, "Requests per minute (0: unlimited)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  create->add_option("--concurrency", limits.concurrency, "Requests in flight at once (0: unlimited)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  create->callback([] {
+    auto k = open_store(db)->create(name, limits);
+    if (!k.is_ok()) fail(k.status().message());
+    std::printf("%s\n", k->secret.c_str());
+    std::fprintf(stderr, "key '%s' (id %s) created; store it now: it cannot be shown again\n", name.c_str(),
+                 k->record.id.c_str());
+  });
+
+  auto* list = keys->add_subcommand("list", "List keys with their limits and usage (never the keys themselves)");
+  list->callback([] {
+    auto all = open_store(db)->list();
+    if (!all.is_ok()) fail(all.status().message());
+    std::printf("%-10s %-20s %-8s %6s %6s %10s %12s %12s  %-16s %s\n", "ID", "NAME", "STATE", "RPM", "CONC", "REQUESTS",
+                "PROMPT TOK", "COMPL TOK", "CREATED", "REVOKED");
+    for (const auto& k : all.value()) {
+      std::printf("%-10s %-20s %-8s %6d %6d %10llu %12llu %12llu  %-16s %s\n", k.id.c_str(), k.name.c_str(),
+                  k.revoked_at ? "revoked" : "active", k.limits.rpm, k.limits.concurrency,
+                  static_cast<unsigned long long>(k.requests), static_cast<unsigned long long>(k.prompt_tokens),
+                  static_cast<unsigned long long>(k.completion_tokens), date(k.created_at).c_str(), date(k.revoked_at).c_str());
+    }
+  });
+
+  auto* revoke = keys->add_subcommand("revoke", "Revoke a key by name or id; it stops working at once");
+  static std::string which;
+  revoke->add_option("KEY", which, "Name or id of the key")->required();
+  revoke->callback([] {
+    Status s = open_store(db)->revoke(which);
+    if (!s.is_ok()) fail(s.message());
+    std::fprintf(stderr, "key '%s' revoked\n", which.c_str());
+  });
+}
+
+}  // namespace
+
+TANDEM_COMMAND(70, register_keys);
+
+}  // namespace tandem::cli

@@ -1,0 +1,243 @@
+// The HTTP front end against a scripted backend: auth, limits, validation, streaming, health.
+#include "gateway/api_server.h"
+
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "fake_backend.h"
+
+namespace tandem::gateway {
+namespace {
+
+using nlohmann::json;
+using testing::FakeBackend;
+
+class ApiServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    keys_ = KeyStore::open(":memory:").value();
+    key_ = keys_->create("test", {}).value().secret;
+    start({});
+  }
+  void start(ApiOptions o) {
+    client_.reset();  // its keep-alive connection would hold the old server's worker thread
+    server_.reset();
+    o.port = 0;
+    o.model_id = "tiny";
+    o.ping_interval_ms = 50;
+    server_ = std::make_unique<ApiServer>(o, &backend_, keys_.get(), [this] { return health_; });
+    ASSERT_TRUE(server_->start().is_ok());
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+    client_->set_read_timeout(10, 0);
+  }
+  httplib::Headers auth(const std::string& key) { return {{"Authorization", "Bearer " + key}}; }
+  httplib::Result post(const std::string& path, const json& body, const std::string& key) {
+    return client_->Post(path.c_str(), auth(key), body.dump(), "application/json");
+  }
+  json chat(bool stream = false) {
+    return {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stream", stream}};
+  }
+  static std::string error_message(const httplib::Result& r) { return json::parse(r->body)["error"]["message"]; }
+
+  FakeBackend backend_;
+  std::unique_ptr<KeyStore> keys_;
+  std::string key_;
+  HealthReport health_;
+  std::unique_ptr<ApiServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_F(ApiServerTest, ChatCompletionReturnsTheWholeAnswerWithUsage) {
+  auto r = post("/v1/chat/completions", chat(), key_);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello, world!");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 7);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(j["usage"]["total_tokens"], 11);
+  // Usage is recorded against the key.
+  auto all = keys_->list().value();
+  EXPECT_EQ(all[0].requests, 1u);
+  EXPECT_EQ(all[0].completion_tokens, 4u);
+}
+
+TEST_F(ApiServerTest, StreamingSendsChunksUsageAndDone) {
+  json body = chat(true);
+  body["stream_options"] = {{"include_usage", true}};
+  auto r = post("/v1/chat/completions", body, key_);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  std::string text;
+  std::vector<json> chunks;
+  bool done = false;
+  std::istringstream in(r->body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    if (line == "data: [DONE]") {
+      done = true;
+      continue;
+    }
+    chunks.push_back(json::parse(line.substr(6)));
+  }
+  ASSERT_TRUE(done);
+  ASSERT_GE(chunks.size(), 3u);
+  EXPECT_EQ(chunks.front()["choices"][0]["delta"]["role"], "assistant");
+  for (const auto& c : chunks) {
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (!c["choices"].empty()) text += c["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(text, "Hello, world!");
+  EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(chunks.back()["choices"].empty());
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 4);
+}
+
+TEST_F(ApiServerTest, CompletionsEndpointUsesTextCompletionShape) {
+  auto r = post("/v1/completions", {{"model", "tiny"}, {"prompt", "Once"}, {"max_tokens", 4}}, key_);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], "Hello, world!");
+  EXPECT_EQ(backend_.last_body["max_tokens"], 4);  // the body reaches the backend as sent
+}
+
+TEST_F(ApiServerTest, MissingWrongAndRevokedKeysGet401) {
+  auto none = client_->Post("/v1/chat/completions", chat().dump(), "application/json");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_NE(error_message(none).find("missing API key"), std::string::npos);
+  auto wrong = post("/v1/chat/completions", chat(), "tdm_00000000_" + std::string(48, '0'));
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_EQ(json::parse(wrong->body)["error"]["type"], "authentication_error");
+  ASSERT_TRUE(keys_->revoke("test").is_ok());
+  EXPECT_EQ(post("/v1/chat/completions", chat(), key_)->status, 401);
+  EXPECT_EQ(client_->Get("/v1/models", auth(key_))->status, 401);
+  EXPECT_EQ(backend_.submitted, 0);
+}
+
+TEST_F(ApiServerTest, ModelsListsTheServedModel) {
+  auto r = client_->Get("/v1/models", auth(key_));
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(json::parse(r->body)["data"][0]["id"], "tiny");
+}
+
+TEST_F(ApiServerTest, BadRequestsNameThePositionOrField) {
+  auto bad_json = client_->Post("/v1/chat/completions", auth(key_), "{\"model\": \"tiny\",, }", "application/json");
+  EXPECT_EQ(bad_json->status, 400);
+  EXPECT_NE(error_message(bad_json).find("at byte 18"), std::string::npos) << bad_json->body;
+  json no_messages = {{"model", "tiny"}};
+  EXPECT_NE(error_message(post("/v1/chat/completions", no_messages, key_)).find("'messages'"), std::string::npos);
+  json bad_role = chat();
+  bad_role["messages"][0]["role"] = "wizard";
+  EXPECT_NE(error_message(post("/v1/chat/completions", bad_role, key_)).find("messages[0].role"), std::string::npos);
+  json other_model = chat();
+  other_model["model"] = "gpt-4";
+  auto nf = post("/v1/chat/completions", other_model, key_);
+  EXPECT_EQ(nf->status, 404);
+  EXPECT_NE(error_message(nf).find("serves 'tiny'"), std::string::npos);
+  json unknown_field = chat();
+  unknown_field["some_future_option"] = true;
+  EXPECT_EQ(post("/v1/chat/completions", unknown_field, key_)->status, 200);
+  auto big = client_->Post("/v1/chat/completions", auth(key_), std::string(5u << 20, ' '), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+}
+
+TEST_F(ApiServerTest, NotAcceptingGives503WithRetryAfterAndState) {
+  health_.state = "recovering";
+  health_.accepting = false;
+  health_.retry_after_s = 7;
+  auto r = post("/v1/chat/completions", chat(), key_);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(r->get_header_value("Retry-After"), "7");
+  EXPECT_NE(error_message(r).find("recovering"), std::string::npos);
+  auto h = client_->Get("/health");
+  EXPECT_EQ(h->status, 503);
+  EXPECT_EQ(json::parse(h->body)["state"], "recovering");
+}
+
+TEST_F(ApiServerTest, PerKeyConcurrencyGives429) {
+  auto limited = keys_->create("one-at-a-time", {0, 1}).value().secret;
+  backend_.delay = std::chrono::milliseconds(150);
+  httplib::Client other("127.0.0.1", server_->port());
+  auto first = std::async(std::launch::async, [&] {
+    return other.Post("/v1/chat/completions", auth(limited), chat().dump(), "application/json");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto second = post("/v1/chat/completions", chat(), limited);
+  EXPECT_EQ(second->status, 429);
+  EXPECT_FALSE(second->get_header_value("Retry-After").empty());
+  EXPECT_EQ(json::parse(second->body)["error"]["code"], "rate_limit_exceeded");
+  EXPECT_EQ(first.get()->status, 200);
+  EXPECT_EQ(post("/v1/chat/completions", chat(), limited)->status, 200);  // released
+}
+
+TEST_F(ApiServerTest, AnErrorMidStreamEndsTheStreamWithAnErrorEvent) {
+  backend_.fail_midway = Status::unavailable("worker box-b (127.0.0.1:7070) lost: no heartbeat for 5 s");
+  auto r = post("/v1/chat/completions", chat(true), key_);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("\"error\""), std::string::npos);
+  EXPECT_NE(r->body.find("box-b"), std::string::npos);
+  EXPECT_EQ(r->body.find("[DONE]"), std::string::npos);
+  backend_.fail_midway = Status::unavailable("engine restarting");
+  auto plain = post("/v1/chat/completions", chat(false), key_);
+  EXPECT_EQ(plain->status, 503);
+}
+
+TEST_F(ApiServerTest, AClientThatDisconnectsCancelsItsGeneration) {
+  backend_.words = std::vector<std::string>(200, "x");
+  backend_.delay = std::chrono::milliseconds(20);
+  // A raw client that reads the start of the stream and then closes its socket.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string body = chat(true).dump();
+  const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key_ +
+                              "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                              "\r\n\r\n" + body;
+  ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  char buf[512];
+  ASSERT_GT(::read(fd, buf, sizeof buf), 0);
+  ::close(fd);
+  for (int i = 0; i < 100 && backend_.cancel_count() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(backend_.cancel_count(), 1u);
+  for (int i = 0; i < 100 && server_->in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(server_->in_flight(), 0);
+}
+
+TEST_F(ApiServerTest, MetricsCountRequestsAndTokens) {
+  ASSERT_EQ(post("/v1/chat/completions", chat(), key_)->status, 200);
+  auto m = client_->Get("/metrics");
+  ASSERT_EQ(m->status, 200);
+  EXPECT_NE(m->body.find("tandem_http_requests_total{endpoint=\"chat\",code=\"200\"} 1"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("tandem_tokens_total{kind=\"completion\"} 4"), std::string::npos);
+}
+
+TEST_F(ApiServerTest, InsecureModeNeedsNoKey) {
+  ApiOptions o;
+  o.auth = false;
+  start(o);
+  auto r = client_->Post("/v1/chat/completions", chat().dump(), "application/json");
+  EXPECT_EQ(r->status, 200);
+}
+
+}  // namespace
+}  // namespace tandem::gateway
