@@ -44,6 +44,10 @@ message(STATUS "llama.cpp build:  ${LLAMA_BUILD_DIR}")
 
 execute_process(COMMAND git -C ${LLAMA_SOURCE_DIR} rev-parse HEAD
   OUTPUT_VARIABLE TANDEM_LLAMA_COMMIT OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(NOT TANDEM_LLAMA_COMMIT AND EXISTS ${LLAMA_SOURCE_DIR}/.tandem-commit)
+  # A source tree packed without .git (scripts/device-pack.sh) records its commit here.
+  file(STRINGS ${LLAMA_SOURCE_DIR}/.tandem-commit TANDEM_LLAMA_COMMIT LIMIT_COUNT 1)
+endif()
 if(NOT TANDEM_LLAMA_COMMIT)
   set(TANDEM_LLAMA_COMMIT "unknown")
 endif()

@@ -59,7 +59,7 @@ targets=(llama llama-common ggml ggml-rpc llama-server ggml-rpc-server llama-ben
 # a git checkout), the options and the compiler. Bump CACHE_VERSION when this script changes how
 # it builds in a way the options do not show.
 readonly CACHE_VERSION=1
-ident=$(git -C "$src" rev-parse HEAD 2>/dev/null || echo "$src")
+ident=$(git -C "$src" rev-parse HEAD 2>/dev/null || cat "$src/.tandem-commit" 2>/dev/null || echo "$src")
 cc_version=$( (${CC:-cc} --version; ${CXX:-c++} --version) 2>/dev/null | sed -n 1p)
 [ "$cuda" = ON ] && cc_version+=" $(nvcc --version 2>/dev/null | tail -1)"
 key=$(printf '%s\n' "$ident" "${opts[*]}" "$cc_version" "$CACHE_VERSION" | sha256sum | cut -c1-16)
