@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# CUDA-graphs soak of a split: the head (tandem engine, CUDA0) and a ggml RPC server (same GPU)
+# share the tiny model's layers; RUNS generations of TOKENS tokens each go through the split with
+# CUDA graphs on, while the server's GPU memory and RSS are sampled after every run. Then decode
+# speed with graphs on and off, for comparison. Writes a log to OUT (default: soak/).
+#   bench/gpu-soak.sh BUILD_DIR [RUNS] [TOKENS]
+set -euo pipefail
+build=${1:?usage: gpu-soak.sh BUILD_DIR [RUNS] [TOKENS]}
+runs=${2:-10} tokens=${3:-2000}
+out=${OUT:-soak}
+mkdir -p "$out"
+tandem="$build/tandem"
+rpc_server=$(ls "$TANDEM_CACHE"/build/*/bin/ggml-rpc-server | head -1)
+model=/tmp/soak-tiny.gguf
+"$tandem" synth --preset tiny -o "$model" >/dev/null
+port=50591
+
+start_server() {
+  env "$@" "$rpc_server" -H 127.0.0.1 -p $port >"$out/rpc-server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && return; sleep 0.1; done
+  echo "rpc server did not start" >&2; exit 1
+}
+sample() {  # run, decode tok/s
+  local gpu rss
+  gpu=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p=$server_pid '$1==p {print $2}')
+  rss=$(awk '/VmRSS/ {print $2}' /proc/$server_pid/status)
+  echo "$1 $2 ${gpu:-?} $rss" | tee -a "$out/soak.txt"
+}
+generate() {
+  "$tandem" engine -m "$model" -p "Soak test run $1" -n "$tokens" -c $((tokens + 64)) --ignore-eos --json \
+    --rpc 127.0.0.1:$port --layer-split 2,2 | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["decode_tps"],1))'
+}
+
+echo "run decode_tps server_gpu_MiB server_rss_KiB" | tee "$out/soak.txt"
+start_server
+for i in $(seq "$runs"); do sample "$i" "$(generate "$i")"; done
+kill $server_pid; wait $server_pid 2>/dev/null || true
+
+echo "graphs decode_tps" | tee "$out/graphs.txt"
+start_server
+echo "on $(generate on)" | tee -a "$out/graphs.txt"
+kill $server_pid; wait $server_pid 2>/dev/null || true
+start_server GGML_CUDA_DISABLE_GRAPHS=1
+echo "off $(GGML_CUDA_DISABLE_GRAPHS=1 generate off)" | tee -a "$out/graphs.txt"
+kill $server_pid; wait $server_pid 2>/dev/null || true
