@@ -1,10 +1,10 @@
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <optional>
 
 #include "cli/commands.h"
+#include "common/progress.h"
 #include "common/units.h"
 #include "synth/presets.h"
 #include "synth/writer.h"
@@ -94,18 +94,11 @@ void register_synth(CLI::App& app) {
     const synth::ModelSpec spec = build_spec(a);
     synth::SynthOptions opts;
     opts.threads = a.threads;
-    const bool tty = ::isatty(STDERR_FILENO);
-    auto last = std::chrono::steady_clock::now();
-    opts.progress = [&](uint64_t done, uint64_t total) {
-      const auto now = std::chrono::steady_clock::now();
-      if (done < total && now - last < std::chrono::seconds(tty ? 1 : 10)) return;
-      last = now;
-      std::fprintf(stderr, tty ? "\rwriting %s of %s (%.0f%%)   " : "writing %s of %s (%.0f%%)\n", format_bytes(done).c_str(),
-                   format_bytes(total).c_str(), total ? 100.0 * done / total : 100.0);
-      if (done == total && tty) std::fputc('\n', stderr);
-    };
+    ProgressMeter meter("writing " + a.output, stderr, ::isatty(STDERR_FILENO) != 0);
+    opts.progress = [&](uint64_t done, uint64_t total) { meter.update(done, total); };
     auto r = synth::write_model(spec, a.output, opts);
     if (!r.is_ok()) fail(r.status().message());
+    if (!spec.header_only) meter.finish();
     std::printf("wrote %s: %s (%llu bytes), %s parameters\n", r->path.c_str(), format_bytes(r->file_bytes).c_str(),
                 static_cast<unsigned long long>(r->file_bytes), format_count(static_cast<double>(r->n_params)).c_str());
     std::printf("bytes read per generated token: %s (%llu)\n", format_bytes(r->active_bytes_per_token).c_str(),
