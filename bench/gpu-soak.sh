@@ -12,7 +12,7 @@ mkdir -p "$out"
 tandem="$build/tandem"
 rpc_server=$(ls "$TANDEM_CACHE"/build/*/bin/ggml-rpc-server | head -1)
 model=/tmp/soak-tiny.gguf
-"$tandem" synth --preset tiny -o "$model" >/dev/null
+[ -f "$model" ] || "$tandem" synth --preset tiny -o "$model" >/dev/null
 port=50591
 
 start_server() {
@@ -28,7 +28,7 @@ sample() {  # run, decode tok/s
   echo "$1 $2 ${gpu:-?} $rss" | tee -a "$out/soak.txt"
 }
 generate() {
-  "$tandem" engine -m "$model" -p "Soak test run $1" -n "$tokens" -c $((tokens + 64)) --ignore-eos --json \
+  "$build/tandem-engine" engine -m "$model" -p "Soak test run $1" -n "$tokens" -c $((tokens + 64)) --ignore-eos --json \
     --rpc 127.0.0.1:$port --layer-split 2,2 | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["decode_tps"],1))'
 }
 

@@ -62,7 +62,8 @@ void register_engine(CLI::App& app) {
       nlohmann::json j = {{"text", r->text},           {"tokens", r->tokens},
                           {"n_prompt_tokens", r->n_prompt_tokens}, {"load_s", r->load_s},
                           {"prefill_tps", r->prefill_tps}, {"decode_tps", r->decode_tps}};
-      std::printf("%s\n", j.dump(2).c_str());
+      // Generated text may end inside a UTF-8 sequence: replace, never throw.
+      std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
       return;
     }
     std::printf("%s%s\n", o.prompt.c_str(), r->text.c_str());
