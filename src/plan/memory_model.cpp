@@ -156,6 +156,7 @@ Result<ModelCosts> model_costs(const ModelInfo& info, const MemoryOptions& o) {
   c.compute_output = g.tokens * uint64_t{info.n_vocab} * f32 + 6 * resid;
   // With no layer, the head's CPU still gathers the embedding rows and stages the batch's masks.
   c.compute_host = resid + g.kv_per_stream * g.tokens * f32 * 5 / 2;
+  c.compute_first_extra = 4 * g.kv_per_stream * g.tokens * f32 + 5 * resid;
   c.host_output = uint64_t{info.n_vocab} * f32 * o.parallel;
   return c;
 }
@@ -167,6 +168,7 @@ uint64_t compute_bytes(const ModelCosts& c, int first, int count, bool has_outpu
   }
   if (has_output) bytes = std::max(bytes, c.compute_output);
   if (is_host && count == 0) bytes = std::max(bytes, c.compute_host);
+  if (!is_host && first == 0 && count > 0) bytes += c.compute_first_extra;
   return bytes;
 }
 
