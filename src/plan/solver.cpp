@@ -33,6 +33,13 @@ struct Cost {
   }
 };
 
+// A head whose first device is a GPU (or a unified-memory box) still has the CPU's compute buffer
+// in the same memory, next to the GPU's own.
+uint64_t device_compute(const ModelCosts& c, const DeviceSpec& spec, bool host, int first, int count, bool output) {
+  if (host && spec.kind == DeviceKind::gpu) return compute_bytes(c, first, count, output, false) + c.compute_host;
+  return compute_bytes(c, first, count, output, host);
+}
+
 int64_t picoseconds(uint64_t bytes, double bandwidth) {
   return static_cast<int64_t>(std::floor(static_cast<double>(bytes) * 1e12 / bandwidth));
 }
@@ -74,7 +81,7 @@ class Solver {
     uint64_t bytes = prefix_.weights[first + count] - prefix_.weights[first] + prefix_.kv[first + count] - prefix_.kv[first];
     if (f.host) bytes += costs_.input_weights + costs_.other_weights + costs_.host_output;
     if (output) bytes += costs_.output_weights;
-    return bytes + compute_bytes(costs_, first, count, output, f.host);
+    return bytes + device_compute(costs_, *f.spec, f.host, first, count, output);
   }
 
   // Best plan whose last used node is `last`; fills `ranges` (layer count per flat device).
@@ -280,7 +287,7 @@ Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, co
       d.weights += c.output_weights;
       read += c.output_read;
     }
-    d.compute += compute_bytes(c, layer, d.n_layers, d.output, d.host);
+    d.compute += device_compute(c, *f.spec, d.host, layer, d.n_layers, d.output);
     d.seconds_per_token = static_cast<double>(read) / d.bandwidth;
     layer += d.n_layers;
     plan.devices.push_back(d);
