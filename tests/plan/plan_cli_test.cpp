@@ -1,6 +1,8 @@
 // `tandem plan` on the real MiniMax-M3 tensor table (a header-only file) and its exit codes.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -15,16 +17,19 @@ namespace {
 using tandem::testing::run_tandem;
 using tandem::testing::ScratchDir;
 
-// One header-only M3 for the whole suite (~10 MB, written once).
+// One header-only M3 per test process (~7 MB). ctest runs each test in its own process, several
+// at once, so the file name carries the process id.
 class PlanM3 : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     std::filesystem::create_directories(TANDEM_TEST_TMP);
-    m3_ = std::string(TANDEM_TEST_TMP) + "/plan-m3-header-only.gguf";
+    m3_ = std::string(TANDEM_TEST_TMP) + "/plan-m3-header-only-" + std::to_string(::getpid()) + ".gguf";
     synth::ModelSpec spec = synth::preset("m3").value();
     spec.header_only = true;
-    ASSERT_TRUE(synth::write_model(spec, m3_, {}).is_ok());
+    auto written = synth::write_model(spec, m3_, {});
+    ASSERT_TRUE(written.is_ok()) << written.status().to_string();
   }
+  static void TearDownTestSuite() { std::filesystem::remove(m3_); }
   static std::string m3_;
 
   ScratchDir dir_;
