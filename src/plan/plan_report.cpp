@@ -54,7 +54,13 @@ std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptio
                   d.seconds_per_token * 1e3);
     out << line;
   }
-  out << "(GiB; headroom = free - margin - weights - KV - compute)\n\n";
+  out << "(GiB; headroom = free - margin - weights - KV - compute)\n";
+  std::string assumed;
+  for (const DeviceAssignment& d : plan.devices) {
+    if (d.bandwidth_assumed) assumed += (assumed.empty() ? "" : ", ") + d.node;
+  }
+  if (!assumed.empty()) out << "bandwidth not given for " << assumed << ": assumed 273 GB/s\n";
+  out << "\n";
   if (!plan.fits) {
     out << "does not fit: " << plan.failure << "\n";
     if (plan.suggestions.empty()) {
@@ -106,6 +112,7 @@ std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOpti
                        {"margin", d.margin},
                        {"headroom", d.headroom()},
                        {"bandwidth", d.bandwidth},
+                       {"bandwidth_assumed", d.bandwidth_assumed},
                        {"seconds_per_token", d.seconds_per_token}});
   }
   j["devices"] = devices;

@@ -84,6 +84,19 @@ class Solver {
     return bytes + device_compute(costs_, *f.spec, f.host, first, count, output);
   }
 
+  // `from` extended by device `f` holding layers [l, l+n); infeasible when they do not fit.
+  Cost extend(const FlatDevice& f, const Cost& from, int l, int n, bool output, bool pays_hop) const {
+    const uint64_t bytes = need(f, l, n, output);
+    if (bytes > f.usable) return Cost{};
+    Cost c;
+    c.time_ps = from.time_ps + f.time_prefix[l + n] - f.time_prefix[l];
+    if (output) c.time_ps += picoseconds(costs_.output_read, f.spec->bandwidth);
+    if (pays_hop) c.time_ps += hop_ps_;
+    const int64_t util = bytes == 0 ? 0 : static_cast<int64_t>(static_cast<double>(bytes) * 1e6 / static_cast<double>(f.usable));
+    c.util_ppm = std::max(from.util_ppm, util);
+    return c;
+  }
+
   // Best plan whose last used node is `last`; fills `ranges` (layer count per flat device).
   Cost solve_for_last(int last, std::vector<int>* ranges) const;
 
@@ -123,20 +136,13 @@ Cost Solver::solve_for_last(int last, std::vector<int>* ranges) const {
         if (!from.feasible()) continue;
         const int u_in = new_node ? 0 : u;
         for (int n = 0; l + n <= L; ++n) {
-          const uint64_t bytes = need(f, l, n, is_output);
-          if (bytes > f.usable) {
-            if (n > 0) break;  // more layers only need more
+          const bool pays_hop = f.node > 0 && f.node != last && n > 0 && u_in == 0;
+          const Cost c = extend(f, from, l, n, is_output, pays_hop);
+          if (!c.feasible()) {
+            if (n > 0) break;  // more layers only need more memory
             continue;
           }
-          Cost c;
-          c.time_ps = from.time_ps + f.time_prefix[l + n] - f.time_prefix[l];
-          if (is_output) c.time_ps += picoseconds(costs_.output_read, f.spec->bandwidth);
-          const bool pays_hop = f.node > 0 && f.node != last && n > 0 && u_in == 0;
-          if (pays_hop) c.time_ps += hop_ps_;
-          const int64_t util = bytes == 0 ? 0 : static_cast<int64_t>(static_cast<double>(bytes) * 1e6 / static_cast<double>(f.usable));
-          c.util_ppm = std::max(from.util_ppm, util);
-          const int u_out = (u_in || n > 0) ? 1 : 0;
-          const size_t to = at(j + 1, l + n, u_out);
+          const size_t to = at(j + 1, l + n, (u_in || n > 0) ? 1 : 0);
           if (c < dp[to]) {
             dp[to] = c;
             choice[to] = n * 2 + u;  // layers taken and the state it came from
@@ -226,9 +232,41 @@ void fill_split(const std::vector<NodeSpec>& nodes, Plan* plan) {
   }
 }
 
-}  // namespace
+// What one device holds under the chosen ranges.
+DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCosts& c, int first, int count, bool output) {
+  DeviceAssignment d;
+  d.node = node.name;
+  d.device = f.spec->name;
+  d.kind = f.spec->kind;
+  d.head = f.node == 0;
+  d.host = f.host;
+  d.free_bytes = f.spec->free_bytes;
+  d.margin = f.margin;
+  d.bandwidth = f.spec->bandwidth;
+  d.bandwidth_assumed = f.spec->bandwidth_assumed;
+  d.first_layer = first;
+  d.n_layers = count;
+  d.output = output;
+  uint64_t read = 0;
+  for (int l = first; l < first + count; ++l) {
+    d.weights += c.layers[l].weights;
+    d.kv += c.layers[l].kv;
+    read += c.layers[l].read_per_token;
+  }
+  if (d.host) {
+    d.weights += c.input_weights + c.other_weights;
+    d.compute += c.host_output;
+  }
+  if (d.output) {
+    d.weights += c.output_weights;
+    read += c.output_read;
+  }
+  d.compute += device_compute(c, *f.spec, d.host, first, count, output);
+  d.seconds_per_token = static_cast<double>(read) / d.bandwidth;
+  return d;
+}
 
-Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
+Status validate_request(const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
   TANDEM_RETURN_IF_ERROR(validate_nodes(nodes));
   for (size_t d = 1; d < nodes[0].devices.size(); ++d) {
     if (nodes[0].devices[d].kind == DeviceKind::cpu) {
@@ -236,61 +274,39 @@ Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, co
     }
   }
   if (!(o.hop_seconds >= 0)) return Status::invalid_argument("the per-hop link cost must not be negative");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
+  TANDEM_RETURN_IF_ERROR(validate_request(nodes, o));
   auto costs = model_costs(info, o.memory);
   if (!costs.is_ok()) return costs.status();
   const ModelCosts& c = costs.value();
   Solver solver(c, nodes, o);
 
-  Plan plan;
+  // The last node on the path holds the output head; try each.
   Cost best;
-  std::vector<int> best_ranges;
-  int best_last = -1;
+  std::vector<int> best_ranges(solver.flat().size(), 0);
+  int output_index = -1;
   for (int last = 0; last < static_cast<int>(nodes.size()); ++last) {
     std::vector<int> ranges;
     const Cost cost = solver.solve_for_last(last, &ranges);
     if (cost < best) {
       best = cost;
       best_ranges = ranges;
-      best_last = last;
+      for (size_t j = 0; j < solver.flat().size(); ++j) {
+        if (solver.flat()[j].node <= last) output_index = static_cast<int>(j);
+      }
     }
   }
+  Plan plan;
   int layer = 0;
-  int output_index = -1;
-  if (best.feasible()) {
-    for (size_t j = 0; j < solver.flat().size(); ++j) {
-      if (solver.flat()[j].node <= best_last) output_index = static_cast<int>(j);
-    }
-  }
   for (size_t j = 0; j < solver.flat().size(); ++j) {
     const FlatDevice& f = solver.flat()[j];
-    DeviceAssignment d;
-    d.node = nodes[f.node].name;
-    d.device = f.spec->name;
-    d.kind = f.spec->kind;
-    d.head = f.node == 0;
-    d.host = f.host;
-    d.free_bytes = f.spec->free_bytes;
-    d.margin = f.margin;
-    d.bandwidth = f.spec->bandwidth;
-    d.first_layer = layer;
-    d.n_layers = best.feasible() ? best_ranges[j] : 0;
-    d.output = static_cast<int>(j) == output_index;
-    uint64_t read = 0;
-    for (int l = layer; l < layer + d.n_layers; ++l) {
-      d.weights += c.layers[l].weights;
-      d.kv += c.layers[l].kv;
-      read += c.layers[l].read_per_token;
-    }
-    if (d.host) d.weights += c.input_weights + c.other_weights;
-    if (d.host) d.compute += c.host_output;
-    if (d.output) {
-      d.weights += c.output_weights;
-      read += c.output_read;
-    }
-    d.compute += device_compute(c, *f.spec, d.host, layer, d.n_layers, d.output);
-    d.seconds_per_token = static_cast<double>(read) / d.bandwidth;
-    layer += d.n_layers;
-    plan.devices.push_back(d);
+    plan.devices.push_back(assign(f, nodes[f.node], c, layer, best_ranges[j], static_cast<int>(j) == output_index));
+    layer += best_ranges[j];
   }
   if (!best.feasible()) {
     plan.failure = explain_failure(solver, c, nodes, o);
@@ -298,10 +314,9 @@ Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, co
   }
   plan.fits = true;
   fill_split(nodes, &plan);
-  int crossings = 0;
-  for (const std::string& w : plan.split.rpc_nodes) crossings += w.empty() ? 0 : 1;
-  if (crossings > 0) ++crossings;
-  plan.link_seconds = o.hop_seconds * crossings;
+  // head -> each worker on the path -> back to the head
+  const size_t crossings = plan.split.rpc_nodes.empty() ? 0 : plan.split.rpc_nodes.size() + 1;
+  plan.link_seconds = o.hop_seconds * static_cast<double>(crossings);
   plan.seconds_per_token = plan.link_seconds;
   for (const DeviceAssignment& d : plan.devices) plan.seconds_per_token += d.seconds_per_token;
   return plan;

@@ -35,7 +35,8 @@ struct DeviceAssignment {
   bool output = false;           // holds the output head
   uint64_t weights = 0, kv = 0, compute = 0;
   uint64_t free_bytes = 0, margin = 0;
-  double bandwidth = 0;
+  double bandwidth = 0;           // bytes per second
+  bool bandwidth_assumed = false; // not given: kDefaultBandwidth
   double seconds_per_token = 0;  // weight reads of its layers (and output head) per token
   uint64_t need() const { return weights + kv + compute; }
   // Free memory left after the model and the margin; negative when it does not fit.
