@@ -155,20 +155,20 @@ Result<ModelCosts> model_costs(const ModelInfo& info, const MemoryOptions& o) {
   // The output device holds the logits of every token of the batch (n_outputs = T at reserve).
   c.compute_output = g.tokens * uint64_t{info.n_vocab} * f32 + 6 * resid;
   // With no layer, the head's CPU still gathers the embedding rows and stages the batch's masks.
-  c.compute_host = resid + g.kv_per_stream * g.tokens * f32 * 5 / 2;
-  c.compute_first_extra = 4 * g.kv_per_stream * g.tokens * f32 + 5 * resid;
+  c.compute_host = 2 * resid + g.kv_per_stream * g.tokens * f32 * 5 / 2;
+  c.compute_pipeline_extra = 3 * g.kv_per_stream * g.tokens * f32 + 12 * resid;
   c.host_output = uint64_t{info.n_vocab} * f32 * o.parallel;
   return c;
 }
 
-uint64_t compute_bytes(const ModelCosts& c, int first, int count, bool has_output, bool is_host) {
+uint64_t compute_bytes(const ModelCosts& c, int first, int count, bool has_output, bool is_host, bool pipeline) {
   uint64_t bytes = 0;
   for (int il = first; il < first + count; ++il) {
     bytes = std::max(bytes, c.layers[il].sparse ? c.compute_sparse : c.compute_dense);
   }
   if (has_output) bytes = std::max(bytes, c.compute_output);
   if (is_host && count == 0) bytes = std::max(bytes, c.compute_host);
-  if (!is_host && first == 0 && count > 0) bytes += c.compute_first_extra;
+  if (pipeline && count > 0) bytes += c.compute_pipeline_extra;
   return bytes;
 }
 

@@ -62,9 +62,11 @@ struct ModelCosts {
   uint64_t compute_sparse = 0;   // ... holding at least one sparse-attention layer
   uint64_t compute_output = 0;   // ... holding the output head (logits of a whole batch)
   uint64_t compute_host = 0;     // the head CPU's compute buffer when it holds no layer
-  // Added to the first device that holds layers when the head's CPU holds none (GPU heads): the
-  // scheduler then stages the batch's inputs there. Measured on the test models, not derived.
-  uint64_t compute_first_extra = 0;
+  // Added to every device holding layers under pipeline parallelism, which llama.cpp turns on
+  // when the head's CPU holds no layer (always with a GPU head): its scheduler then keeps 4 copies
+  // of every graph input and of the activations that cross devices, never reused. Sized from the
+  // batch's rows and masks with a coefficient measured on the test models.
+  uint64_t compute_pipeline_extra = 0;
   uint64_t host_output = 0;      // the context's logits buffer on the head
   uint64_t kv_cells = 0;
 };
@@ -74,9 +76,9 @@ struct ModelCosts {
 Result<ModelCosts> model_costs(const ModelInfo& info, const MemoryOptions& options);
 
 // Compute buffer of a device holding layers [first, first+count) (count may be 0), with the
-// output head when `has_output`, and being the head's CPU when `is_host`. A device that is not
-// the host but holds layer 0 gets compute_first_extra on top.
-uint64_t compute_bytes(const ModelCosts& costs, int first, int count, bool has_output, bool is_host);
+// output head when `has_output`, being the head's CPU when `is_host`, under pipeline parallelism
+// when `pipeline`.
+uint64_t compute_bytes(const ModelCosts& costs, int first, int count, bool has_output, bool is_host, bool pipeline);
 
 // Bytes held back on a device with `free_bytes` free.
 uint64_t margin_bytes(const MemoryOptions& options, uint64_t free_bytes);

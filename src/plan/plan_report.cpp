@@ -120,6 +120,7 @@ std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOpti
                 {"use_local_gpus", plan.split.use_local_gpus},
                 {"device_layers", plan.split.device_layers},
                 {"rpc_nodes", plan.split.rpc_nodes}};
+  j["pipeline_parallel"] = plan.pipeline;
   j["seconds_per_token"] = plan.seconds_per_token;
   j["link_seconds"] = plan.link_seconds;
   j["tokens_per_second"] = plan.tokens_per_second();

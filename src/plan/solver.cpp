@@ -35,9 +35,10 @@ struct Cost {
 
 // A head whose first device is a GPU (or a unified-memory box) still has the CPU's compute buffer
 // in the same memory, next to the GPU's own.
-uint64_t device_compute(const ModelCosts& c, const DeviceSpec& spec, bool host, int first, int count, bool output) {
-  if (host && spec.kind == DeviceKind::gpu) return compute_bytes(c, first, count, output, false) + c.compute_host;
-  return compute_bytes(c, first, count, output, host);
+uint64_t device_compute(const ModelCosts& c, const DeviceSpec& spec, bool host, int first, int count, bool output,
+                        bool pipeline) {
+  if (host && spec.kind == DeviceKind::gpu) return compute_bytes(c, first, count, output, false, pipeline) + c.compute_host;
+  return compute_bytes(c, first, count, output, host, pipeline);
 }
 
 int64_t picoseconds(uint64_t bytes, double bandwidth) {
@@ -77,16 +78,16 @@ class Solver {
   }
 
   // Memory a device needs for layers [first, first+count); `output`: it holds the output head.
-  uint64_t need(const FlatDevice& f, int first, int count, bool output) const {
+  uint64_t need(const FlatDevice& f, int first, int count, bool output, bool pipeline) const {
     uint64_t bytes = prefix_.weights[first + count] - prefix_.weights[first] + prefix_.kv[first + count] - prefix_.kv[first];
     if (f.host) bytes += costs_.input_weights + costs_.other_weights + costs_.host_output;
     if (output) bytes += costs_.output_weights;
-    return bytes + device_compute(costs_, *f.spec, f.host, first, count, output);
+    return bytes + device_compute(costs_, *f.spec, f.host, first, count, output, pipeline);
   }
 
   // `from` extended by device `f` holding layers [l, l+n); infeasible when they do not fit.
-  Cost extend(const FlatDevice& f, const Cost& from, int l, int n, bool output, bool pays_hop) const {
-    const uint64_t bytes = need(f, l, n, output);
+  Cost extend(const FlatDevice& f, const Cost& from, int l, int n, bool output, bool pays_hop, bool pipeline) const {
+    const uint64_t bytes = need(f, l, n, output, pipeline);
     if (bytes > f.usable) return Cost{};
     Cost c;
     c.time_ps = from.time_ps + f.time_prefix[l + n] - f.time_prefix[l];
@@ -98,7 +99,9 @@ class Solver {
   }
 
   // Best plan whose last used node is `last`; fills `ranges` (layer count per flat device).
-  Cost solve_for_last(int last, std::vector<int>* ranges) const;
+  // `pipeline`: plans where the head's CPU holds no layer, so llama.cpp runs pipeline-parallel;
+  // otherwise a head CPU holds at least one layer. A GPU head is always pipeline-parallel.
+  Cost solve_for_last(int last, bool pipeline, std::vector<int>* ranges) const;
 
   const std::vector<FlatDevice>& flat() const { return flat_; }
   int64_t hop_ps() const { return hop_ps_; }
@@ -113,7 +116,7 @@ class Solver {
   int64_t hop_ps_ = 0;
 };
 
-Cost Solver::solve_for_last(int last, std::vector<int>* ranges) const {
+Cost Solver::solve_for_last(int last, bool pipeline, std::vector<int>* ranges) const {
   int m = 0;
   while (m < static_cast<int>(flat_.size()) && flat_[m].node <= last) ++m;
   const int L = n_layer_;
@@ -135,9 +138,11 @@ Cost Solver::solve_for_last(int last, std::vector<int>* ranges) const {
         const Cost& from = dp[at(j, l, u)];
         if (!from.feasible()) continue;
         const int u_in = new_node ? 0 : u;
-        for (int n = 0; l + n <= L; ++n) {
+        const bool cpu_host = f.host && f.spec->kind == DeviceKind::cpu;
+        for (int n = cpu_host && !pipeline ? 1 : 0; l + n <= L; ++n) {
+          if (cpu_host && pipeline && n > 0) break;
           const bool pays_hop = f.node > 0 && f.node != last && n > 0 && u_in == 0;
-          const Cost c = extend(f, from, l, n, is_output, pays_hop);
+          const Cost c = extend(f, from, l, n, is_output, pays_hop, pipeline);
           if (!c.feasible()) {
             if (n > 0) break;  // more layers only need more memory
             continue;
@@ -178,7 +183,7 @@ std::string gib(uint64_t bytes) { return format_bytes(bytes); }
 std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vector<NodeSpec>& nodes,
                             const PlanOptions& o) {
   const FlatDevice& host = s.flat().front();
-  const uint64_t host_need = s.need(host, 0, 0, false);
+  const uint64_t host_need = s.need(host, 0, 0, false, true);
   if (host_need > host.usable) {
     return "the head '" + nodes[0].name + "' needs " + gib(host_need) + " for the token embedding and host buffers but has " +
            gib(host.usable) + " after the " + gib(host.margin) + " margin: short by " + gib(host_need - host.usable);
@@ -204,7 +209,7 @@ std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vec
   }
   uint64_t largest_layer = 0;
   for (int l = 0; l < static_cast<int>(c.layers.size()); ++l) {
-    largest_layer = std::max(largest_layer, c.layers[l].weights + c.layers[l].kv + compute_bytes(c, l, 1, false, false));
+    largest_layer = std::max(largest_layer, c.layers[l].weights + c.layers[l].kv + compute_bytes(c, l, 1, false, false, true));
   }
   return "in all the model fits (" + gib(total) + " of " + gib(usable) + "), but not in contiguous layer ranges on these devices (" +
          where + "; one layer needs up to " + gib(largest_layer) + ")";
@@ -233,7 +238,8 @@ void fill_split(const std::vector<NodeSpec>& nodes, Plan* plan) {
 }
 
 // What one device holds under the chosen ranges.
-DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCosts& c, int first, int count, bool output) {
+DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCosts& c, int first, int count, bool output,
+                        bool pipeline) {
   DeviceAssignment d;
   d.node = node.name;
   d.device = f.spec->name;
@@ -261,7 +267,7 @@ DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCo
     d.weights += c.output_weights;
     read += c.output_read;
   }
-  d.compute += device_compute(c, *f.spec, d.host, first, count, output);
+  d.compute += device_compute(c, *f.spec, d.host, first, count, output, pipeline);
   d.seconds_per_token = static_cast<double>(read) / d.bandwidth;
   return d;
 }
@@ -290,22 +296,28 @@ Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, co
   Cost best;
   std::vector<int> best_ranges(solver.flat().size(), 0);
   int output_index = -1;
-  for (int last = 0; last < static_cast<int>(nodes.size()); ++last) {
-    std::vector<int> ranges;
-    const Cost cost = solver.solve_for_last(last, &ranges);
-    if (cost < best) {
-      best = cost;
-      best_ranges = ranges;
-      for (size_t j = 0; j < solver.flat().size(); ++j) {
-        if (solver.flat()[j].node <= last) output_index = static_cast<int>(j);
+  bool pipeline = true;
+  const bool cpu_head = nodes[0].devices[0].kind == DeviceKind::cpu;
+  for (const bool pp : cpu_head ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
+    for (int last = 0; last < static_cast<int>(nodes.size()); ++last) {
+      std::vector<int> ranges;
+      const Cost cost = solver.solve_for_last(last, pp, &ranges);
+      if (cost < best) {
+        best = cost;
+        best_ranges = ranges;
+        pipeline = pp;
+        for (size_t j = 0; j < solver.flat().size(); ++j) {
+          if (solver.flat()[j].node <= last) output_index = static_cast<int>(j);
+        }
       }
     }
   }
   Plan plan;
+  plan.pipeline = pipeline;
   int layer = 0;
   for (size_t j = 0; j < solver.flat().size(); ++j) {
     const FlatDevice& f = solver.flat()[j];
-    plan.devices.push_back(assign(f, nodes[f.node], c, layer, best_ranges[j], static_cast<int>(j) == output_index));
+    plan.devices.push_back(assign(f, nodes[f.node], c, layer, best_ranges[j], static_cast<int>(j) == output_index, pipeline));
     layer += best_ranges[j];
   }
   if (!best.feasible()) {

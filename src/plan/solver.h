@@ -59,6 +59,9 @@ struct Plan {
   bool fits = false;
   std::vector<DeviceAssignment> devices;  // every device of every node, in order; unused ones have 0 layers
   LlamaSplit split;
+  // The head's CPU holds no layer, so llama.cpp runs the split pipeline-parallel (more compute
+  // buffer per device; see memory_model.h).
+  bool pipeline = false;
   double seconds_per_token = 0;  // device time + link time
   double link_seconds = 0;
   double tokens_per_second() const { return seconds_per_token > 0 ? 1.0 / seconds_per_token : 0; }

@@ -87,6 +87,23 @@ std::vector<NodeSpec> tightest_equal_nodes(const ModelInfo& info, const PlanOpti
   return nodes(hi);
 }
 
+// A head with room for the token embedding and no layer (as with a GPU head, llama.cpp then runs
+// pipeline-parallel), and two equal workers with the least memory that fits.
+std::vector<NodeSpec> head_without_layers(const ModelInfo& info, const PlanOptions& o) {
+  const ModelCosts c = model_costs(info, o.memory).value();
+  const uint64_t head = c.input_weights + c.other_weights + c.host_output + c.compute_host;
+  auto nodes = [&](uint64_t free) {
+    return std::vector<NodeSpec>{node("head", DeviceKind::cpu, head), node("w1", DeviceKind::gpu, free), node("w2", DeviceKind::gpu, free)};
+  };
+  uint64_t lo = 1, hi = uint64_t{1} << 32;  // hi fits, lo does not
+  while (hi - lo > (uint64_t{1} << 16)) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    auto p = solve(info, nodes(mid), o);
+    (p.is_ok() && p->fits ? hi : lo) = mid;
+  }
+  return nodes(hi);
+}
+
 double ratio(uint64_t predicted, uint64_t actual) { return actual ? static_cast<double>(predicted) / actual : 0; }
 
 // The nodes for a model: a CPU head, then workers "w1" and "w2".
@@ -116,6 +133,7 @@ void check_prediction(const synth::ModelSpec& spec, const MemoryOptions& memory,
   ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
   ASSERT_TRUE(plan->fits) << plan->failure;
   ASSERT_EQ(plan->split.rpc_nodes.size(), 2u);
+  EXPECT_EQ(plan->pipeline, plan->split.cpu_layers == 0);
 
   engine::Placement placement;
   placement.use_local_gpus = false;
@@ -169,6 +187,36 @@ TEST(PlanAccuracy, MidSizeModelOnAHeadAndTwoWorkers) {
   m.context = 1024;
   m.parallel = 2;
   check_prediction(s, m, tightest_equal_nodes);
+}
+
+synth::ModelSpec mid_size() {
+  synth::ModelSpec s = synth::preset("tiny").value();
+  s.name = "tandem mid-size minimax-m3";
+  s.n_layer = 8;
+  s.n_embd = 1024;
+  s.n_head = 8;
+  s.n_head_kv = 4;
+  s.head_dim = 128;
+  s.n_ff = 2048;
+  s.n_ff_exp = 512;
+  s.n_expert = 16;
+  s.n_expert_used = 4;
+  return s;
+}
+
+// Every layer on the workers: llama.cpp's pipeline parallelism (the shape of a GPU head's plan).
+TEST(PlanAccuracy, TinyModelPipelineParallelWhenTheHeadHoldsNoLayer) {
+  MemoryOptions m;
+  m.context = 1024;
+  m.parallel = 2;
+  check_prediction(synth::preset("tiny").value(), m, head_without_layers);
+}
+
+TEST(PlanAccuracy, MidSizeModelPipelineParallelWhenTheHeadHoldsNoLayer) {
+  MemoryOptions m;
+  m.context = 512;
+  m.parallel = 1;
+  check_prediction(mid_size(), m, head_without_layers);
 }
 
 }  // namespace
