@@ -1,5 +1,6 @@
 // The solver on made-up models and clusters: who gets which layers, and why not.
 #include "plan/solver.h"
+#include "plan/plan_config.h"
 
 #include <gtest/gtest.h>
 
@@ -216,6 +217,50 @@ TEST(MemoryModel, SparseLayersAddTheIndexerKeyCache) {
   EXPECT_EQ(c->layers[0].kv, main);                              // leading dense layer: no indexer
   EXPECT_EQ(c->layers[1].kv, main + 256u * (128 * 2 + 64 * 2));  // indexer K (128) and its V row
   EXPECT_TRUE(c->layers[1].sparse);
+}
+
+}  // namespace
+}  // namespace tandem::plan
+
+namespace tandem::plan {
+namespace {
+
+TEST(PlanConfig, DeclaredMemoryGivesStaticNodesAndOptions) {
+  auto c = config::parse_config(
+      "[cluster]\nhead_name = \"a\"\nhead_memory = \"100GiB\"\nhead_device = \"cpu\"\n"
+      "[[worker]]\nname = \"b\"\naddress = \"h:1\"\nmemory = \"50GiB\"\nbandwidth = \"100GB/s\"\n"
+      "[model]\ncontext = 8192\nparallel = 3\nkv_type = \"q8_0\"\n[plan]\nmargin = 0.1\nhop_ms = 2\n");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  auto o = plan_options_from_config(c.value());
+  ASSERT_TRUE(o.is_ok());
+  EXPECT_EQ(o->memory.context, 8192u);
+  EXPECT_EQ(o->memory.parallel, 3u);
+  EXPECT_EQ(kv_type_name(o->memory.kv_type), "q8_0");
+  EXPECT_DOUBLE_EQ(o->memory.margin_fraction, 0.1);
+  EXPECT_DOUBLE_EQ(o->hop_seconds, 0.002);
+  auto nodes = node_source_from_config(c.value())->nodes();
+  ASSERT_TRUE(nodes.is_ok());
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ(nodes.value()[0].name, "a");
+  EXPECT_EQ(nodes.value()[0].devices[0].kind, DeviceKind::cpu);
+  EXPECT_EQ(nodes.value()[1].devices[0].free_bytes, 50ull << 30);
+  EXPECT_DOUBLE_EQ(nodes.value()[1].devices[0].bandwidth, 100e9);
+}
+
+TEST(PlanConfig, AnUnknownKvTypeNamesTheKey) {
+  auto c = config::parse_config("[model]\nkv_type = \"q3\"\n", "t.toml");
+  ASSERT_TRUE(c.is_ok());
+  auto o = plan_options_from_config(c.value());
+  ASSERT_FALSE(o.is_ok());
+  EXPECT_NE(o.status().message().find("[model] kv_type"), std::string::npos) << o.status().message();
+}
+
+TEST(PlanConfig, UndeclaredMemoryNeedsTheLiveQuery) {
+  auto c = config::parse_config("[[worker]]\nname = \"b\"\naddress = \"h:1\"\n");
+  ASSERT_TRUE(c.is_ok());
+  auto nodes = node_source_from_config(c.value())->nodes();
+  ASSERT_FALSE(nodes.is_ok());
+  EXPECT_NE(nodes.status().message().find("live worker query not available yet"), std::string::npos);
 }
 
 }  // namespace
