@@ -152,6 +152,8 @@ Result<ModelCosts> model_costs(const ModelInfo& info, const MemoryOptions& o) {
     uint64_t& slot = l.sparse ? c.compute_sparse : c.compute_dense;
     slot = std::max(slot, scratch);
   }
+  c.sparse_before.assign(info.n_layer + 1, 0);
+  for (uint32_t il = 0; il < info.n_layer; ++il) c.sparse_before[il + 1] = c.sparse_before[il] + (c.layers[il].sparse ? 1 : 0);
   // The output device holds the logits of every token of the batch (n_outputs = T at reserve).
   c.compute_output = g.tokens * uint64_t{info.n_vocab} * f32 + 6 * resid;
   // With no layer, the head's CPU still gathers the embedding rows and stages the batch's masks.
@@ -163,8 +165,11 @@ Result<ModelCosts> model_costs(const ModelInfo& info, const MemoryOptions& o) {
 
 uint64_t compute_bytes(const ModelCosts& c, int first, int count, bool has_output, bool is_host, bool pipeline) {
   uint64_t bytes = 0;
-  for (int il = first; il < first + count; ++il) {
-    bytes = std::max(bytes, c.layers[il].sparse ? c.compute_sparse : c.compute_dense);
+  if (count > 0) {
+    const bool any_sparse = c.sparse_before[first + count] > c.sparse_before[first];
+    const bool any_dense = c.sparse_before[first + count] - c.sparse_before[first] < count;
+    if (any_sparse) bytes = std::max(bytes, c.compute_sparse);
+    if (any_dense) bytes = std::max(bytes, c.compute_dense);
   }
   if (has_output) bytes = std::max(bytes, c.compute_output);
   if (is_host && count == 0) bytes = std::max(bytes, c.compute_host);

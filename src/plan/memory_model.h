@@ -69,6 +69,7 @@ struct ModelCosts {
   uint64_t compute_pipeline_extra = 0;
   uint64_t host_output = 0;      // the context's logits buffer on the head
   uint64_t kv_cells = 0;
+  std::vector<int> sparse_before;  // [l]: sparse layers among [0, l), so a range's kind is O(1)
 };
 
 // Costs of `info` under `options`. Fails (naming the field) when the options make no sense:
