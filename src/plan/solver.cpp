@@ -52,7 +52,7 @@ struct Prefix {
 class Solver {
  public:
   Solver(const ModelCosts& costs, const std::vector<NodeSpec>& nodes, const PlanOptions& o)
-      : costs_(costs), nodes_(nodes), options_(o), n_layer_(static_cast<int>(costs.layers.size())) {
+      : costs_(costs), n_layer_(static_cast<int>(costs.layers.size())) {
     prefix_.weights.assign(n_layer_ + 1, 0);
     prefix_.kv.assign(n_layer_ + 1, 0);
     for (int l = 0; l < n_layer_; ++l) {
@@ -100,16 +100,14 @@ class Solver {
 
   // Best plan whose last used node is `last`; fills `ranges` (layer count per flat device).
   // `pipeline`: plans where the head's CPU holds no layer, so llama.cpp runs pipeline-parallel;
-  // otherwise a head CPU holds at least one layer. A GPU head is always pipeline-parallel.
+  // otherwise a head CPU holds at least one layer. A GPU head is always pipeline-parallel. (With a
+  // single offload device llama.cpp does not pipeline; counting it anyway errs on the safe side.)
   Cost solve_for_last(int last, bool pipeline, std::vector<int>* ranges) const;
 
   const std::vector<FlatDevice>& flat() const { return flat_; }
-  int64_t hop_ps() const { return hop_ps_; }
 
  private:
   const ModelCosts& costs_;
-  const std::vector<NodeSpec>& nodes_;
-  const PlanOptions& options_;
   const int n_layer_;
   Prefix prefix_;
   std::vector<FlatDevice> flat_;
