@@ -105,6 +105,8 @@ Status read_hparams(const gguf_context* ctx, ModelInfo* info) {
   info->n_expert_used = h.get("expert_used_count");
   info->n_expert_shared = h.get("expert_shared_count");
   info->n_layer_dense_lead = h.get("leading_dense_block_count");
+  info->indexer_n_head = h.get("attention.indexer.head_count");
+  info->indexer_head_size = h.get("attention.indexer.key_length");
   info->n_vocab = h.get("vocab_size");
   if (info->n_vocab == 0) {
     const int64_t id = gguf_find_key(ctx, "tokenizer.ggml.tokens");

@@ -59,6 +59,8 @@ struct ModelInfo {
   uint32_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, n_ctx_train = 0, n_vocab = 0;
   uint32_t head_dim_k = 0, head_dim_v = 0, n_ff = 0, n_ff_exp = 0;
   uint32_t n_expert = 0, n_expert_used = 0, n_expert_shared = 0, n_layer_dense_lead = 0;
+  // Sparse-attention indexer (minimax-m3): heads and key size; 0 when the model has none.
+  uint32_t indexer_n_head = 0, indexer_head_size = 0;
   bool has_chat_template = false;
 
   std::vector<TensorInfo> tensors;

@@ -1,0 +1,87 @@
+// How many bytes a model needs on each device, from its header alone.
+//
+// The model follows what the pinned llama.cpp allocates (see docs/planning.md):
+//   - weights: every tensor of layer N goes with layer N; the token embedding always stays on the
+//     head's CPU (llama.cpp never offloads the input layer); the output head and final norm go
+//     with the last offload device (llama.cpp counts them as one more layer);
+//   - KV cache: K and V rows for every cell of every sequence, on the device of their layer, in
+//     the KV type; MiniMax-M3's sparse layers add an indexer key cache of one head;
+//   - compute buffers: the scratch the scheduler reserves for the worst-case prompt batch, from
+//     the graph's shape (coefficients checked against llama.cpp's own figures by the tests);
+//   - a safety margin, charged against each device's free memory.
+// All sizes are bytes; bandwidths are bytes per second.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "plan/model_info.h"
+
+namespace tandem::plan {
+
+// A KV cache element type by name ("f16", "q8_0", ...): the ggml_type, or an error that lists the
+// names llama.cpp accepts for the cache.
+Result<int> parse_kv_type(const std::string& name);
+std::string kv_type_name(int ggml_type);
+// The KV types smaller than `ggml_type`, largest first (for "what would fit" suggestions).
+std::vector<int> smaller_kv_types(int ggml_type);
+
+struct MemoryOptions {
+  uint32_t context = 4096;  // tokens each sequence can hold
+  uint32_t parallel = 1;    // sequences served at once (llama.cpp's n_seq_max, one KV stream each)
+  int kv_type = 1;          // ggml_type of K and V (1 = F16, llama.cpp's default)
+  uint32_t n_ubatch = 512;  // prompt tokens per compute batch (llama.cpp's default)
+  // Held back on every device: `margin_fraction` of its free memory plus `margin_bytes`. On
+  // unified-memory boxes the page cache competes with the model for the same memory; see
+  // docs/planning.md for how to choose these there.
+  double margin_fraction = 0.05;
+  uint64_t margin_bytes = uint64_t{1} << 30;
+};
+
+// Cells of the KV cache as llama.cpp sizes them: each sequence's context rounded up to 256,
+// times the sequences.
+uint64_t kv_cells(const MemoryOptions& options);
+
+struct LayerCost {
+  uint64_t weights = 0;         // tensor bytes of blk.N.*
+  uint64_t kv = 0;              // KV cache bytes (main + indexer), all sequences
+  uint64_t read_per_token = 0;  // weight bytes one generated token reads (used experts only)
+  bool sparse = false;          // has a sparse-attention indexer (its scratch grows with context)
+};
+
+// The per-layer and fixed costs of one model under one set of options.
+struct ModelCosts {
+  std::vector<LayerCost> layers;
+  uint64_t input_weights = 0;    // token embedding, always on the head's CPU
+  uint64_t output_weights = 0;   // output head + final norm, with the last offload device
+  uint64_t output_read = 0;      // bytes the output head reads per token
+  uint64_t other_weights = 0;    // tensors outside layers that are neither (kept with the input)
+  uint64_t compute_dense = 0;    // compute buffer of a device holding only dense-attention layers
+  uint64_t compute_sparse = 0;   // ... holding at least one sparse-attention layer
+  uint64_t compute_output = 0;   // ... holding the output head (logits of a whole batch)
+  uint64_t compute_host = 0;     // the head CPU's compute buffer when it holds no layer
+  // Added to every device holding layers under pipeline parallelism, which llama.cpp turns on
+  // when the head's CPU holds no layer (always with a GPU head): its scheduler then keeps 4 copies
+  // of every graph input and of the activations that cross devices, never reused. Sized from the
+  // batch's rows and masks with a coefficient measured on the test models.
+  uint64_t compute_pipeline_extra = 0;
+  uint64_t host_output = 0;      // the context's logits buffer on the head
+  uint64_t kv_cells = 0;
+  std::vector<int> sparse_before;  // [l]: sparse layers among [0, l), so a range's kind is O(1)
+};
+
+// Costs of `info` under `options`. Fails (naming the field) when the options make no sense:
+// context or parallel 0, a parallel count above llama.cpp's limit, a KV type that is not a cache type.
+Result<ModelCosts> model_costs(const ModelInfo& info, const MemoryOptions& options);
+
+// Compute buffer of a device holding layers [first, first+count) (count may be 0), with the
+// output head when `has_output`, being the head's CPU when `is_host`, under pipeline parallelism
+// when `pipeline`.
+uint64_t compute_bytes(const ModelCosts& costs, int first, int count, bool has_output, bool is_host, bool pipeline);
+
+// Bytes held back on a device with `free_bytes` free.
+uint64_t margin_bytes(const MemoryOptions& options, uint64_t free_bytes);
+
+}  // namespace tandem::plan

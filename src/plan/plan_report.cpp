@@ -1,0 +1,132 @@
+#include "plan/plan_report.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/units.h"
+
+namespace tandem::plan {
+namespace {
+
+std::string gib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+std::string signed_gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+std::string layers_text(const DeviceAssignment& d) {
+  std::string t = d.n_layers == 0 ? "-" : d.n_layers == 1 ? std::to_string(d.first_layer)
+                                                           : std::to_string(d.first_layer) + "-" + std::to_string(d.first_layer + d.n_layers - 1);
+  if (d.host) t += " +embd";
+  if (d.output) t += " +out";
+  return t;
+}
+
+std::string request_text(const ModelInfo& info, const PlanOptions& o) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s, %u layers; context %u x %u sequences (%llu KV cells, %s), margin %.0f%% + %s",
+                info.name.empty() ? info.arch.c_str() : info.name.c_str(), info.n_layer, o.memory.context, o.memory.parallel,
+                static_cast<unsigned long long>(kv_cells(o.memory)), kv_type_name(o.memory.kv_type).c_str(),
+                o.memory.margin_fraction * 100, format_bytes(o.memory.margin_bytes).c_str());
+  return buf;
+}
+
+}  // namespace
+
+std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptions& o) {
+  std::ostringstream out;
+  out << "model    " << request_text(info, o) << "\n\n";
+  char line[320];
+  std::snprintf(line, sizeof line, "%-12s %-8s %-14s %8s %8s %8s %8s %8s %9s %8s\n", "node", "device", "layers", "weights",
+                "KV", "compute", "free", "margin", "headroom", "ms/tok");
+  out << line;
+  for (const DeviceAssignment& d : plan.devices) {
+    std::snprintf(line, sizeof line, "%-12s %-8s %-14s %8s %8s %8s %8s %8s %9s %8.2f\n", d.node.c_str(), d.device.c_str(),
+                  layers_text(d).c_str(), gib(d.weights).c_str(), gib(d.kv).c_str(), gib(d.compute).c_str(),
+                  gib(d.free_bytes).c_str(), gib(d.margin).c_str(), signed_gib(d.headroom()).c_str(),
+                  d.seconds_per_token * 1e3);
+    out << line;
+  }
+  out << "(GiB; headroom = free - margin - weights - KV - compute)\n";
+  std::string assumed;
+  for (const DeviceAssignment& d : plan.devices) {
+    if (d.bandwidth_assumed) assumed += (assumed.empty() ? "" : ", ") + d.node;
+  }
+  if (!assumed.empty()) out << "bandwidth not given for " << assumed << ": assumed 273 GB/s\n";
+  out << "\n";
+  if (!plan.fits) {
+    out << "does not fit: " << plan.failure << "\n";
+    if (plan.suggestions.empty()) {
+      out << "nothing simple fits: add nodes or memory, or use a smaller quantisation of the model\n";
+    }
+    for (const std::string& s : plan.suggestions) out << "would fit: " << s << "\n";
+    return out.str();
+  }
+  int64_t min_headroom = INT64_MAX;
+  for (const DeviceAssignment& d : plan.devices) {
+    if (d.n_layers > 0 || d.host || d.output) min_headroom = std::min(min_headroom, d.headroom());
+  }
+  std::snprintf(line, sizeof line, "fits: smallest headroom %s GiB; estimated decode %.1f tok/s (%.1f ms/token, link %.2f ms)\n",
+                signed_gib(min_headroom).c_str(), plan.tokens_per_second(), plan.seconds_per_token * 1e3,
+                plan.link_seconds * 1e3);
+  out << line;
+  out << "libllama: cpu_layers " << plan.split.cpu_layers << ", device_layers [";
+  for (size_t i = 0; i < plan.split.device_layers.size(); ++i) out << (i ? ", " : "") << plan.split.device_layers[i];
+  out << "], local GPUs " << (plan.split.use_local_gpus ? "yes" : "no") << ", RPC servers [";
+  for (size_t i = 0; i < plan.split.rpc_nodes.size(); ++i) out << (i ? ", " : "") << plan.split.rpc_nodes[i];
+  out << "]\n";
+  return out.str();
+}
+
+std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOptions& o, int indent) {
+  nlohmann::ordered_json j;
+  j["fits"] = plan.fits;
+  j["model"] = {{"file", info.files.empty() ? "" : info.files.front()}, {"arch", info.arch}, {"n_layer", info.n_layer}};
+  j["request"] = {{"context", o.memory.context},
+                  {"parallel", o.memory.parallel},
+                  {"kv_type", kv_type_name(o.memory.kv_type)},
+                  {"kv_cells", kv_cells(o.memory)},
+                  {"margin_fraction", o.memory.margin_fraction},
+                  {"margin_bytes", o.memory.margin_bytes},
+                  {"hop_seconds", o.hop_seconds}};
+  nlohmann::ordered_json devices = nlohmann::ordered_json::array();
+  for (const DeviceAssignment& d : plan.devices) {
+    devices.push_back({{"node", d.node},
+                       {"device", d.device},
+                       {"kind", device_kind_name(d.kind)},
+                       {"first_layer", d.first_layer},
+                       {"n_layers", d.n_layers},
+                       {"embedding", d.host},
+                       {"output", d.output},
+                       {"weights", d.weights},
+                       {"kv", d.kv},
+                       {"compute", d.compute},
+                       {"free", d.free_bytes},
+                       {"margin", d.margin},
+                       {"headroom", d.headroom()},
+                       {"bandwidth", d.bandwidth},
+                       {"bandwidth_assumed", d.bandwidth_assumed},
+                       {"seconds_per_token", d.seconds_per_token}});
+  }
+  j["devices"] = devices;
+  j["split"] = {{"cpu_layers", plan.split.cpu_layers},
+                {"use_local_gpus", plan.split.use_local_gpus},
+                {"device_layers", plan.split.device_layers},
+                {"rpc_nodes", plan.split.rpc_nodes}};
+  j["pipeline_parallel"] = plan.pipeline;
+  j["seconds_per_token"] = plan.seconds_per_token;
+  j["link_seconds"] = plan.link_seconds;
+  j["tokens_per_second"] = plan.tokens_per_second();
+  j["failure"] = plan.failure;
+  j["suggestions"] = plan.suggestions;
+  return j.dump(indent);
+}
+
+}  // namespace tandem::plan

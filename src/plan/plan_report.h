@@ -1,0 +1,20 @@
+// How a plan explains itself: a table for people and JSON for programs.
+#pragma once
+
+#include <string>
+
+#include "plan/model_info.h"
+#include "plan/solver.h"
+
+namespace tandem::plan {
+
+// Per node and device: layer range, weights, KV cache, compute, free memory, margin and headroom
+// (GiB), then the estimated decode speed and libllama's split; when the plan does not fit, the
+// reason and the suggestions instead of the speed.
+std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptions& options);
+
+// The same as JSON: {"fits", "model", "request", "devices": [...], "split": {...},
+// "seconds_per_token", "tokens_per_second", "failure", "suggestions"}; bytes as integers.
+std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOptions& options, int indent = 2);
+
+}  // namespace tandem::plan

@@ -1,0 +1,335 @@
+#include "plan/solver.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/units.h"
+
+namespace tandem::plan {
+namespace {
+
+constexpr int64_t kInfeasible = std::numeric_limits<int64_t>::max();
+
+// One device in solver order, with what it would hold whatever its layer range.
+struct FlatDevice {
+  int node = 0;
+  const DeviceSpec* spec = nullptr;
+  bool host = false;         // the head's first device: pays for the token embedding and host buffers
+  uint64_t usable = 0;       // free bytes after the margin
+  uint64_t margin = 0;
+  std::vector<int64_t> time_prefix;  // picoseconds to read layers [0, l) at this device's bandwidth
+};
+
+// Cost of a partial plan, compared lexicographically: time per token first, then how full the
+// fullest device is (so that equal devices get balanced ranges).
+struct Cost {
+  int64_t time_ps = kInfeasible;
+  int64_t util_ppm = 0;
+  bool feasible() const { return time_ps != kInfeasible; }
+  bool operator<(const Cost& o) const {
+    if (time_ps != o.time_ps) return time_ps < o.time_ps;
+    return util_ppm < o.util_ppm;
+  }
+};
+
+// A head whose first device is a GPU (or a unified-memory box) still has the CPU's compute buffer
+// in the same memory, next to the GPU's own.
+uint64_t device_compute(const ModelCosts& c, const DeviceSpec& spec, bool host, int first, int count, bool output,
+                        bool pipeline) {
+  if (host && spec.kind == DeviceKind::gpu) return compute_bytes(c, first, count, output, false, pipeline) + c.compute_host;
+  return compute_bytes(c, first, count, output, host, pipeline);
+}
+
+int64_t picoseconds(uint64_t bytes, double bandwidth) {
+  return static_cast<int64_t>(std::floor(static_cast<double>(bytes) * 1e12 / bandwidth));
+}
+
+struct Prefix {
+  std::vector<uint64_t> weights, kv;  // [0, l)
+};
+
+class Solver {
+ public:
+  Solver(const ModelCosts& costs, const std::vector<NodeSpec>& nodes, const PlanOptions& o)
+      : costs_(costs), n_layer_(static_cast<int>(costs.layers.size())) {
+    prefix_.weights.assign(n_layer_ + 1, 0);
+    prefix_.kv.assign(n_layer_ + 1, 0);
+    for (int l = 0; l < n_layer_; ++l) {
+      prefix_.weights[l + 1] = prefix_.weights[l] + costs.layers[l].weights;
+      prefix_.kv[l + 1] = prefix_.kv[l] + costs.layers[l].kv;
+    }
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      for (size_t d = 0; d < nodes[n].devices.size(); ++d) {
+        FlatDevice f;
+        f.node = static_cast<int>(n);
+        f.spec = &nodes[n].devices[d];
+        f.host = n == 0 && d == 0;
+        f.margin = margin_bytes(o.memory, f.spec->free_bytes);
+        f.usable = f.spec->free_bytes > f.margin ? f.spec->free_bytes - f.margin : 0;
+        f.time_prefix.assign(n_layer_ + 1, 0);
+        for (int l = 0; l < n_layer_; ++l) {
+          f.time_prefix[l + 1] = f.time_prefix[l] + picoseconds(costs.layers[l].read_per_token, f.spec->bandwidth);
+        }
+        flat_.push_back(std::move(f));
+      }
+    }
+    hop_ps_ = static_cast<int64_t>(std::llround(o.hop_seconds * 1e12));
+  }
+
+  // Memory a device needs for layers [first, first+count); `output`: it holds the output head.
+  uint64_t need(const FlatDevice& f, int first, int count, bool output, bool pipeline) const {
+    uint64_t bytes = prefix_.weights[first + count] - prefix_.weights[first] + prefix_.kv[first + count] - prefix_.kv[first];
+    if (f.host) bytes += costs_.input_weights + costs_.other_weights + costs_.host_output;
+    if (output) bytes += costs_.output_weights;
+    return bytes + device_compute(costs_, *f.spec, f.host, first, count, output, pipeline);
+  }
+
+  // `from` extended by device `f` holding layers [l, l+n); infeasible when they do not fit.
+  Cost extend(const FlatDevice& f, const Cost& from, int l, int n, bool output, bool pays_hop, bool pipeline) const {
+    const uint64_t bytes = need(f, l, n, output, pipeline);
+    if (bytes > f.usable) return Cost{};
+    Cost c;
+    c.time_ps = from.time_ps + f.time_prefix[l + n] - f.time_prefix[l];
+    if (output) c.time_ps += picoseconds(costs_.output_read, f.spec->bandwidth);
+    if (pays_hop) c.time_ps += hop_ps_;
+    const int64_t util = bytes == 0 ? 0 : static_cast<int64_t>(static_cast<double>(bytes) * 1e6 / static_cast<double>(f.usable));
+    c.util_ppm = std::max(from.util_ppm, util);
+    return c;
+  }
+
+  // Best plan whose last used node is `last`; fills `ranges` (layer count per flat device).
+  // `pipeline`: plans where the head's CPU holds no layer, so llama.cpp runs pipeline-parallel;
+  // otherwise a head CPU holds at least one layer. A GPU head is always pipeline-parallel. (With a
+  // single offload device llama.cpp does not pipeline; counting it anyway errs on the safe side.)
+  Cost solve_for_last(int last, bool pipeline, std::vector<int>* ranges) const;
+
+  const std::vector<FlatDevice>& flat() const { return flat_; }
+
+ private:
+  const ModelCosts& costs_;
+  const int n_layer_;
+  Prefix prefix_;
+  std::vector<FlatDevice> flat_;
+  int64_t hop_ps_ = 0;
+};
+
+Cost Solver::solve_for_last(int last, bool pipeline, std::vector<int>* ranges) const {
+  int m = 0;
+  while (m < static_cast<int>(flat_.size()) && flat_[m].node <= last) ++m;
+  const int L = n_layer_;
+  // dp[j][l][u]: best cost with layers [0, l) on devices [0, j); u: the node of device j-1 already
+  // holds a layer (a worker's first layer adds one cable crossing).
+  const size_t stride = static_cast<size_t>(L + 1) * 2;
+  std::vector<Cost> dp(static_cast<size_t>(m + 1) * stride);
+  std::vector<int> choice(dp.size(), -1);
+  auto at = [&](int j, int l, int u) -> size_t { return static_cast<size_t>(j) * stride + static_cast<size_t>(l) * 2 + u; };
+  // The last node always holds the output head, so it is on the path: it and the way back to the
+  // head cost a crossing each, when it is a worker.
+  dp[at(0, 0, 0)] = Cost{last > 0 ? 2 * hop_ps_ : 0, 0};
+  for (int j = 0; j < m; ++j) {
+    const FlatDevice& f = flat_[j];
+    const bool new_node = j == 0 || flat_[j - 1].node != f.node;
+    const bool is_output = j == m - 1;
+    for (int l = 0; l <= L; ++l) {
+      for (int u = 0; u < 2; ++u) {
+        const Cost& from = dp[at(j, l, u)];
+        if (!from.feasible()) continue;
+        const int u_in = new_node ? 0 : u;
+        const bool cpu_host = f.host && f.spec->kind == DeviceKind::cpu;
+        for (int n = cpu_host && !pipeline ? 1 : 0; l + n <= L; ++n) {
+          if (cpu_host && pipeline && n > 0) break;
+          const bool pays_hop = f.node > 0 && f.node != last && n > 0 && u_in == 0;
+          const Cost c = extend(f, from, l, n, is_output, pays_hop, pipeline);
+          if (!c.feasible()) {
+            if (n > 0) break;  // more layers only need more memory
+            continue;
+          }
+          const size_t to = at(j + 1, l + n, (u_in || n > 0) ? 1 : 0);
+          if (c < dp[to]) {
+            dp[to] = c;
+            choice[to] = n * 2 + u;  // layers taken and the state it came from
+          }
+        }
+      }
+    }
+  }
+  Cost best;
+  int best_u = -1;
+  for (int u = 0; u < 2; ++u) {
+    if (dp[at(m, L, u)] < best) {
+      best = dp[at(m, L, u)];
+      best_u = u;
+    }
+  }
+  if (!best.feasible()) return best;
+  ranges->assign(flat_.size(), 0);
+  int l = L, u = best_u;
+  for (int j = m; j > 0; --j) {
+    const int c = choice[at(j, l, u)];
+    (*ranges)[j - 1] = c / 2;
+    l -= c / 2;
+    u = c % 2;
+  }
+  return best;
+}
+
+std::string gib(uint64_t bytes) { return format_bytes(bytes); }
+
+// Why nothing fits, in one sentence: the head's fixed share, or the whole model against all the
+// memory, or the packing of layers into contiguous ranges.
+std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vector<NodeSpec>& nodes,
+                            const PlanOptions& o) {
+  const FlatDevice& host = s.flat().front();
+  const uint64_t host_need = s.need(host, 0, 0, false, true);
+  if (host_need > host.usable) {
+    return "the head '" + nodes[0].name + "' needs " + gib(host_need) + " for the token embedding and host buffers but has " +
+           gib(host.usable) + " after the " + gib(host.margin) + " margin: short by " + gib(host_need - host.usable);
+  }
+  uint64_t weights = c.input_weights + c.output_weights + c.other_weights, kv = 0, usable = 0;
+  for (const LayerCost& l : c.layers) {
+    weights += l.weights;
+    kv += l.kv;
+  }
+  std::string where;
+  for (const FlatDevice& f : s.flat()) {
+    usable += f.usable;
+    where += (where.empty() ? "" : ", ") + nodes[f.node].name + (nodes[f.node].devices.size() > 1 ? "/" + f.spec->name : "") +
+             " " + gib(f.usable);
+  }
+  const uint64_t compute = c.compute_output + c.compute_sparse + c.host_output;
+  const uint64_t total = weights + kv + compute;
+  if (total > usable) {
+    return "the model needs " + gib(total) + " (weights " + gib(weights) + ", KV cache " + gib(kv) + " for " +
+           std::to_string(o.memory.parallel) + " x " + std::to_string(o.memory.context) + " tokens of " +
+           kv_type_name(o.memory.kv_type) + ", compute " + gib(compute) + ") but the nodes offer " + gib(usable) +
+           " after margins (" + where + "): short by " + gib(total - usable);
+  }
+  uint64_t largest_layer = 0;
+  for (int l = 0; l < static_cast<int>(c.layers.size()); ++l) {
+    largest_layer = std::max(largest_layer, c.layers[l].weights + c.layers[l].kv + compute_bytes(c, l, 1, false, false, true));
+  }
+  return "in all the model fits (" + gib(total) + " of " + gib(usable) + "), but not in contiguous layer ranges on these devices (" +
+         where + "; one layer needs up to " + gib(largest_layer) + ")";
+}
+
+void fill_split(const std::vector<NodeSpec>& nodes, Plan* plan) {
+  LlamaSplit& s = plan->split;
+  std::vector<int> worker_layers(nodes.size(), 0);
+  for (const DeviceAssignment& d : plan->devices) {
+    if (d.head && d.kind == DeviceKind::cpu) s.cpu_layers += d.n_layers;
+    if (d.head && d.kind == DeviceKind::gpu) {
+      s.use_local_gpus = true;
+      s.device_layers.push_back(d.n_layers);
+    }
+  }
+  // A worker is on the path when it holds a layer or the output head; its devices all register.
+  size_t i = 0;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    bool used = false;
+    const size_t begin = i;
+    for (size_t d = 0; d < nodes[n].devices.size(); ++d, ++i) used = used || plan->devices[i].n_layers > 0 || plan->devices[i].output;
+    if (n == 0 || !used) continue;
+    s.rpc_nodes.push_back(nodes[n].name);
+    for (size_t k = begin; k < i; ++k) s.device_layers.push_back(plan->devices[k].n_layers);
+  }
+}
+
+// What one device holds under the chosen ranges.
+DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCosts& c, int first, int count, bool output,
+                        bool pipeline) {
+  DeviceAssignment d;
+  d.node = node.name;
+  d.device = f.spec->name;
+  d.kind = f.spec->kind;
+  d.head = f.node == 0;
+  d.host = f.host;
+  d.free_bytes = f.spec->free_bytes;
+  d.margin = f.margin;
+  d.bandwidth = f.spec->bandwidth;
+  d.bandwidth_assumed = f.spec->bandwidth_assumed;
+  d.first_layer = first;
+  d.n_layers = count;
+  d.output = output;
+  uint64_t read = 0;
+  for (int l = first; l < first + count; ++l) {
+    d.weights += c.layers[l].weights;
+    d.kv += c.layers[l].kv;
+    read += c.layers[l].read_per_token;
+  }
+  if (d.host) {
+    d.weights += c.input_weights + c.other_weights;
+    d.compute += c.host_output;
+  }
+  if (d.output) {
+    d.weights += c.output_weights;
+    read += c.output_read;
+  }
+  d.compute += device_compute(c, *f.spec, d.host, first, count, output, pipeline);
+  d.seconds_per_token = static_cast<double>(read) / d.bandwidth;
+  return d;
+}
+
+Status validate_request(const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
+  TANDEM_RETURN_IF_ERROR(validate_nodes(nodes));
+  for (size_t d = 1; d < nodes[0].devices.size(); ++d) {
+    if (nodes[0].devices[d].kind == DeviceKind::cpu) {
+      return Status::invalid_argument("node '" + nodes[0].name + "': the head's CPU must be its first device");
+    }
+  }
+  if (!(o.hop_seconds >= 0)) return Status::invalid_argument("the per-hop link cost must not be negative");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
+  TANDEM_RETURN_IF_ERROR(validate_request(nodes, o));
+  auto costs = model_costs(info, o.memory);
+  if (!costs.is_ok()) return costs.status();
+  const ModelCosts& c = costs.value();
+  Solver solver(c, nodes, o);
+
+  // The last node on the path holds the output head; try each.
+  Cost best;
+  std::vector<int> best_ranges(solver.flat().size(), 0);
+  int output_index = -1;
+  bool pipeline = true;
+  const bool cpu_head = nodes[0].devices[0].kind == DeviceKind::cpu;
+  for (const bool pp : cpu_head ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
+    for (int last = 0; last < static_cast<int>(nodes.size()); ++last) {
+      std::vector<int> ranges;
+      const Cost cost = solver.solve_for_last(last, pp, &ranges);
+      if (cost < best) {
+        best = cost;
+        best_ranges = ranges;
+        pipeline = pp;
+        for (size_t j = 0; j < solver.flat().size(); ++j) {
+          if (solver.flat()[j].node <= last) output_index = static_cast<int>(j);
+        }
+      }
+    }
+  }
+  Plan plan;
+  plan.pipeline = pipeline;
+  int layer = 0;
+  for (size_t j = 0; j < solver.flat().size(); ++j) {
+    const FlatDevice& f = solver.flat()[j];
+    plan.devices.push_back(assign(f, nodes[f.node], c, layer, best_ranges[j], static_cast<int>(j) == output_index, pipeline));
+    layer += best_ranges[j];
+  }
+  if (!best.feasible()) {
+    plan.failure = explain_failure(solver, c, nodes, o);
+    return plan;
+  }
+  plan.fits = true;
+  fill_split(nodes, &plan);
+  // head -> each worker on the path -> back to the head
+  const size_t crossings = plan.split.rpc_nodes.empty() ? 0 : plan.split.rpc_nodes.size() + 1;
+  plan.link_seconds = o.hop_seconds * static_cast<double>(crossings);
+  plan.seconds_per_token = plan.link_seconds;
+  for (const DeviceAssignment& d : plan.devices) plan.seconds_per_token += d.seconds_per_token;
+  return plan;
+}
+
+}  // namespace tandem::plan

@@ -1,0 +1,81 @@
+// The placement solver: contiguous layer ranges over every device of every node, chosen to
+// minimise the estimated time per generated token under each device's memory.
+//
+// Devices are taken in order: the head's devices, then each worker's. Per token, a device spends
+// (weight bytes its layers read) / (its bandwidth), and every cable crossing costs `hop_seconds`
+// (the activations go head -> worker 1 -> ... -> last worker -> head). Among plans with the same
+// time the one whose fullest device is least full wins, so equal boxes get balanced ranges. The
+// search is exhaustive over contiguous splits (dynamic programming), so the result is optimal for
+// this cost model and deterministic: the same inputs give the same plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "plan/cluster.h"
+#include "plan/memory_model.h"
+#include "plan/model_info.h"
+
+namespace tandem::plan {
+
+struct PlanOptions {
+  MemoryOptions memory;
+  double hop_seconds = 0.0005;  // per cable crossing per generated token
+};
+
+// One device's share. Bytes are what the model predicts libllama allocates there.
+struct DeviceAssignment {
+  std::string node, device;
+  DeviceKind kind = DeviceKind::gpu;
+  bool head = false;             // on the head node
+  bool host = false;             // the head's CPU/host memory: also holds the token embedding
+  int first_layer = 0, n_layers = 0;
+  bool output = false;           // holds the output head
+  uint64_t weights = 0, kv = 0, compute = 0;
+  uint64_t free_bytes = 0, margin = 0;
+  double bandwidth = 0;           // bytes per second
+  bool bandwidth_assumed = false; // not given: kDefaultBandwidth
+  double seconds_per_token = 0;  // weight reads of its layers (and output head) per token
+  uint64_t need() const { return weights + kv + compute; }
+  // Free memory left after the model and the margin; negative when it does not fit.
+  int64_t headroom() const {
+    return static_cast<int64_t>(free_bytes) - static_cast<int64_t>(margin) - static_cast<int64_t>(need());
+  }
+};
+
+// What libllama needs (mirrors engine::Placement): the head's CPU layers, then one layer count
+// per offload device, in order: the head's GPUs (when `use_local_gpus`) then the devices of each
+// worker listed in `rpc_nodes`.
+struct LlamaSplit {
+  int cpu_layers = 0;
+  bool use_local_gpus = false;
+  std::vector<int> device_layers;
+  std::vector<std::string> rpc_nodes;  // worker names, in device order; the caller maps them to endpoints
+};
+
+struct Plan {
+  bool fits = false;
+  std::vector<DeviceAssignment> devices;  // every device of every node, in order; unused ones have 0 layers
+  LlamaSplit split;
+  // The head's CPU holds no layer, so llama.cpp runs the split pipeline-parallel (more compute
+  // buffer per device; see memory_model.h).
+  bool pipeline = false;
+  double seconds_per_token = 0;  // device time + link time
+  double link_seconds = 0;
+  double tokens_per_second() const { return seconds_per_token > 0 ? 1.0 / seconds_per_token : 0; }
+  // When !fits: what does not fit, where and by how much (one sentence), and what would fit.
+  std::string failure;
+  std::vector<std::string> suggestions;
+};
+
+// Places `info` over `nodes` (head first). Returns a Plan with fits = false and an explanation when
+// no placement fits; an error only for invalid input (bad options, a malformed node list).
+Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& options);
+
+// solve(), and when it does not fit, the alternatives that would: the largest context that fits,
+// fewer parallel sequences, a smaller KV type, one more node like the largest.
+Result<Plan> make_plan(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& options);
+
+}  // namespace tandem::plan

@@ -1,0 +1,85 @@
+// make_plan: solve, and when nothing fits, find the nearest requests that would.
+#include <algorithm>
+
+#include "common/units.h"
+#include "plan/solver.h"
+
+namespace tandem::plan {
+namespace {
+
+bool fits(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
+  auto p = solve(info, nodes, o);
+  return p.is_ok() && p->fits;
+}
+
+// The largest context (a multiple of 256, llama.cpp's granule) below the asked one that fits.
+uint32_t largest_context(const ModelInfo& info, const std::vector<NodeSpec>& nodes, PlanOptions o) {
+  uint32_t lo = 0, hi = o.memory.context / 256;  // in units of 256 tokens; lo fits (0 = none)
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi + 1) / 2;
+    o.memory.context = mid * 256;
+    if (fits(info, nodes, o)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo * 256;
+}
+
+std::vector<std::string> suggestions(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
+  std::vector<std::string> out;
+  const MemoryOptions& m = o.memory;
+  if (m.context > 256) {
+    if (uint32_t ctx = largest_context(info, nodes, o); ctx >= 256) {
+      out.push_back("--context " + std::to_string(ctx) + " (instead of " + std::to_string(m.context) + ") fits");
+    }
+  }
+  for (uint32_t p = m.parallel - 1; p >= 1 && p < m.parallel; --p) {
+    PlanOptions q = o;
+    q.memory.parallel = p;
+    if (fits(info, nodes, q)) {
+      out.push_back("--parallel " + std::to_string(p) + " (instead of " + std::to_string(m.parallel) + ") fits");
+      break;
+    }
+  }
+  for (int type : smaller_kv_types(m.kv_type)) {
+    PlanOptions q = o;
+    q.memory.kv_type = type;
+    if (fits(info, nodes, q)) {
+      out.push_back("--kv-type " + kv_type_name(type) + " (instead of " + kv_type_name(m.kv_type) + ") fits");
+      break;
+    }
+  }
+  // One more worker like the node with the most memory.
+  const NodeSpec* largest = &nodes.front();
+  uint64_t largest_free = 0;
+  for (const NodeSpec& n : nodes) {
+    uint64_t free = 0;
+    for (const DeviceSpec& d : n.devices) free += d.free_bytes;
+    if (free > largest_free) {
+      largest_free = free;
+      largest = &n;
+    }
+  }
+  if (nodes.size() - 1 < static_cast<size_t>(kMaxRpcServers)) {
+    std::vector<NodeSpec> more = nodes;
+    NodeSpec extra = *largest;
+    extra.name = "another node";
+    extra.address.clear();
+    for (DeviceSpec& d : extra.devices) d.kind = DeviceKind::gpu;
+    more.push_back(extra);
+    if (fits(info, more, o)) {
+      out.push_back("one more node like '" + largest->name + "' (" + format_bytes(largest_free) + ") fits");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Plan> make_plan(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& options) {
+  auto plan = solve(info, nodes, options);
+  if (!plan.is_ok() || plan->fits) return plan;
+  plan->suggestions = suggestions(info, nodes, options);
+  return plan;
+}
+
+}  // namespace tandem::plan

@@ -1,0 +1,162 @@
+// `tandem plan` on the real MiniMax-M3 tensor table (a header-only file) and its exit codes.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "plan/solver.h"
+#include "synth/presets.h"
+#include "synth/writer.h"
+#include "test_util.h"
+
+namespace tandem::plan {
+namespace {
+
+using tandem::testing::run_tandem;
+using tandem::testing::ScratchDir;
+
+// One header-only M3 per test process (~7 MB). ctest runs each test in its own process, several
+// at once, so the file name carries the process id.
+class PlanM3 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::filesystem::create_directories(TANDEM_TEST_TMP);
+    m3_ = std::string(TANDEM_TEST_TMP) + "/plan-m3-header-only-" + std::to_string(::getpid()) + ".gguf";
+    synth::ModelSpec spec = synth::preset("m3").value();
+    spec.header_only = true;
+    auto written = synth::write_model(spec, m3_, {});
+    ASSERT_TRUE(written.is_ok()) << written.status().to_string();
+  }
+  static void TearDownTestSuite() { std::filesystem::remove(m3_); }
+  static std::string m3_;
+
+  ScratchDir dir_;
+  tandem::testing::CommandResult plan(const std::string& args) {
+    return run_tandem("plan --model " + m3_ + " " + args, dir_.file(""));
+  }
+};
+std::string PlanM3::m3_;
+
+TEST_F(PlanM3, FitsOnTwo128GiBBoxesAt32kContext) {
+  auto r = plan("--context 32768 --parallel 1 --node box-a=128GiB@273GB/s --node box-b=128GiB@273GB/s --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["fits"].get<bool>());
+  ASSERT_EQ(j["devices"].size(), 2u);
+  int layers = 0;
+  for (const auto& d : j["devices"]) {
+    EXPECT_GT(d["n_layers"].get<int>(), 20) << d.dump();
+    EXPECT_GT(d["headroom"].get<int64_t>(), int64_t{4} << 30) << d.dump();  // several GiB to spare on each box
+    layers += d["n_layers"].get<int>();
+  }
+  EXPECT_EQ(layers, 60);
+  EXPECT_TRUE(j["devices"][1]["output"].get<bool>());
+  EXPECT_EQ(j["split"]["rpc_nodes"], nlohmann::json::array({"box-b"}));
+  EXPECT_GT(j["tokens_per_second"].get<double>(), 5.0);
+
+  auto text = plan("--context 32768 --node box-a=128GiB@273GB/s --node box-b=128GiB@273GB/s");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("fits: smallest headroom"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("estimated decode"), std::string::npos) << text.out;
+}
+
+TEST_F(PlanM3, DoesNotFitOnTwo96GiBBoxesAndSaysWhatWould) {
+  auto r = plan("--context 32768 --parallel 2 --node a=96GiB --node b=96GiB");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("does not fit"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("short by"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("would fit: one more node like 'a'"), std::string::npos) << r.out;
+}
+
+TEST_F(PlanM3, ThreeUnequalNodesFavourTheFastest) {
+  auto r = plan("--context 32768 --node a=128GiB@273GB/s --node b=64GiB@200GB/s --node c=48GiB@100GB/s --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["devices"].size(), 3u);
+  const int a = j["devices"][0]["n_layers"], b = j["devices"][1]["n_layers"], c = j["devices"][2]["n_layers"];
+  EXPECT_EQ(a + b + c, 60);
+  EXPECT_GT(a, b);
+  EXPECT_GT(b, 0);
+  EXPECT_GT(c, 0);
+  EXPECT_EQ(j["split"]["device_layers"], nlohmann::json::array({a, b, c}));
+}
+
+TEST_F(PlanM3, OneNode) {
+  auto small = plan("--context 32768 --node a=128GiB");
+  EXPECT_EQ(small.exit_code, 1);
+  EXPECT_NE(small.err.find("short by"), std::string::npos) << small.err;
+  auto big = plan("--context 32768 --node a=512GiB --json");
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  auto j = nlohmann::json::parse(big.out);
+  EXPECT_EQ(j["devices"][0]["n_layers"], 60);
+  EXPECT_EQ(j["link_seconds"], 0.0);
+}
+
+TEST_F(PlanM3, ANodeWithNoFreeMemoryGetsNoLayers) {
+  auto r = plan("--context 32768 --node a=128GiB --node empty=0 --node c=128GiB --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["devices"][1]["n_layers"], 0);
+  EXPECT_EQ(j["split"]["rpc_nodes"], nlohmann::json::array({"c"}));
+  auto head = plan("--context 32768 --node a=0 --node b=512GiB");
+  EXPECT_EQ(head.exit_code, 1);
+  EXPECT_NE(head.err.find("the head 'a'"), std::string::npos) << head.err;
+}
+
+TEST_F(PlanM3, UsageErrorsExitWith2) {
+  EXPECT_EQ(plan("--node a=lots").exit_code, 2);
+  EXPECT_EQ(plan("--node a=1GiB --kv-type q3").exit_code, 2);
+  EXPECT_EQ(plan("").exit_code, 2);  // no nodes
+}
+
+TEST(PlanCli, ACorruptModelIsAnErrorNamingTheFile) {
+  ScratchDir dir;
+  const std::string bad = dir.file("bad.gguf");
+  tandem::testing::write_file(bad, "GGUF this is not a model");
+  auto r = run_tandem("plan --model " + bad + " --node a=1GiB", dir.file(""));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
+}
+
+TEST(PlanCli, MoreNodesThanLayersUsesWhatItNeeds) {
+  ScratchDir dir;
+  const std::string model = dir.file("tiny.gguf");
+  ASSERT_TRUE(synth::write_model(synth::preset("tiny").value(), model, {}).is_ok());
+  std::string args = "plan --model " + model + " --context 512 --json";
+  for (int i = 0; i < 6; ++i) args += " --node n" + std::to_string(i) + "=1200MiB";  // ~116 MiB each after the margin
+  auto r = run_tandem(args, dir.file(""));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["devices"].size(), 6u);
+  int layers = 0;
+  for (const auto& d : j["devices"]) layers += d["n_layers"].get<int>();
+  EXPECT_EQ(layers, 4);
+  EXPECT_TRUE(j["split"]["rpc_nodes"].empty());  // it all fits on the head: no cable to cross
+}
+
+TEST(PlanCli, AConfigWithDeclaredMemoryPlansWithoutAskingWorkers) {
+  ScratchDir dir;
+  const std::string model = dir.file("tiny.gguf");
+  ASSERT_TRUE(synth::write_model(synth::preset("tiny").value(), model, {}).is_ok());
+  const std::string cfg = dir.file("tandem.toml");
+  tandem::testing::write_file(cfg, "[cluster]\nhead_memory = \"4GiB\"\n[[worker]]\nname = \"b\"\naddress = \"127.0.0.1:7070\"\n"
+                                   "memory = \"4GiB\"\n[model]\npath = \"" + model + "\"\ncontext = 512\n");
+  auto r = run_tandem("plan -c " + cfg, dir.file(""));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("fits"), std::string::npos) << r.out;
+
+  // Without declared memory the workers would have to be asked: not available yet, and it says so.
+  tandem::testing::write_file(cfg, "[[worker]]\nname = \"b\"\naddress = \"127.0.0.1:7070\"\n[model]\npath = \"" + model + "\"\n");
+  auto live = run_tandem("plan -c " + cfg, dir.file(""));
+  EXPECT_EQ(live.exit_code, 1);
+  EXPECT_NE(live.err.find("live worker query not available yet"), std::string::npos) << live.err;
+
+  // Flags override the file.
+  auto flags = run_tandem("plan -c " + cfg + " --node head=4GiB", dir.file(""));
+  EXPECT_EQ(flags.exit_code, 0) << flags.err;
+}
+
+}  // namespace
+}  // namespace tandem::plan

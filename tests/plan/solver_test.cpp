@@ -1,0 +1,267 @@
+// The solver on made-up models and clusters: who gets which layers, and why not.
+#include "plan/solver.h"
+#include "plan/plan_config.h"
+
+#include <gtest/gtest.h>
+
+#include "ggml.h"
+
+namespace tandem::plan {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// A dense model of `n_layer` layers of `layer_mib` MiB each (all read per token), a 4 MiB
+// embedding and a 4 MiB output head; the KV cache and compute buffers are small.
+ModelInfo toy_model(int n_layer, uint64_t layer_mib) {
+  ModelInfo m;
+  m.arch = "toy";
+  m.n_layer = n_layer;
+  m.n_embd = 64;
+  m.n_head = 1;
+  m.n_head_kv = 1;
+  m.head_dim_k = m.head_dim_v = 64;
+  m.n_ff = 64;
+  m.n_vocab = 1000;
+  auto add = [&](const std::string& name, int layer, WeightRole role, uint64_t bytes) {
+    TensorInfo t;
+    t.name = name;
+    t.type = GGML_TYPE_F32;
+    t.ne[0] = static_cast<int64_t>(bytes / 4);
+    t.bytes = bytes;
+    t.layer = layer;
+    t.role = role;
+    m.tensors.push_back(t);
+  };
+  add("token_embd.weight", -1, WeightRole::embedding, 4 * kMiB);
+  for (int i = 0; i < n_layer; ++i) add("blk." + std::to_string(i) + ".attn_q.weight", i, WeightRole::attention, layer_mib * kMiB);
+  add("output.weight", -1, WeightRole::output, 4 * kMiB);
+  return m;
+}
+
+NodeSpec node(const std::string& name, uint64_t free_mib, double bandwidth = 100e9, DeviceKind kind = DeviceKind::gpu) {
+  NodeSpec n;
+  n.name = name;
+  n.devices.push_back(DeviceSpec{"GPU", kind, free_mib * kMiB, bandwidth, false});
+  return n;
+}
+
+PlanOptions options() {
+  PlanOptions o;
+  o.memory.context = 256;
+  o.memory.margin_fraction = 0;
+  o.memory.margin_bytes = 0;
+  return o;
+}
+
+std::vector<int> layers_per_device(const Plan& p) {
+  std::vector<int> out;
+  for (const DeviceAssignment& d : p.devices) out.push_back(d.n_layers);
+  return out;
+}
+
+struct Case {
+  const char* name;
+  int n_layer;
+  std::vector<NodeSpec> nodes;
+  bool fits;
+  std::vector<int> layers;              // per device, when it fits
+  std::vector<std::string> rpc_nodes;   // workers on the path
+};
+
+TEST(Solver, PlacesContiguousRangesAsTheCostModelSays) {
+  const std::vector<Case> cases = {
+      {"one node holds everything", 10, {node("a", 1024)}, true, {10}, {}},
+      {"two equal nodes that each hold 60%: balanced", 10, {node("a", 80), node("b", 80)}, true, {5, 5}, {"b"}},
+      {"the fast node fills up first", 10, {node("a", 60, 100e9), node("b", 1024, 400e9)}, true, {0, 10}, {"b"}},
+      {"a slow head keeps only what the fast worker cannot take", 10, {node("a", 1024, 20e9), node("b", 60, 400e9)}, true,
+       {5, 5}, {"b"}},
+      {"more nodes than layers", 2, {node("a", 64), node("b", 64), node("c", 64), node("d", 64)}, true, {2, 0, 0, 0}, {}},
+      // Equal bandwidth: the same time either way, and c is the least full when it takes all.
+      {"a worker with no free memory is skipped", 10, {node("a", 60), node("b", 0), node("c", 1024)}, true, {0, 0, 10}, {"c"}},
+      {"a head with no free memory cannot hold the embedding", 10, {node("a", 0), node("b", 1024)}, false, {}, {}},
+      {"too little memory in all", 10, {node("a", 40), node("b", 40)}, false, {}, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto p = solve(toy_model(c.n_layer, 10), c.nodes, options());
+    ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+    EXPECT_EQ(p->fits, c.fits) << p->failure;
+    if (!c.fits) {
+      EXPECT_NE(p->failure.find("short by"), std::string::npos) << p->failure;
+      continue;
+    }
+    EXPECT_EQ(layers_per_device(p.value()), c.layers);
+    EXPECT_EQ(p->split.rpc_nodes, c.rpc_nodes);
+    for (const DeviceAssignment& d : p->devices) EXPECT_GE(d.headroom(), 0) << d.node;
+  }
+}
+
+TEST(Solver, IsDeterministic) {
+  const std::vector<NodeSpec> nodes = {node("a", 100), node("b", 100), node("c", 100)};
+  auto first = solve(toy_model(30, 10), nodes, options());
+  auto second = solve(toy_model(30, 10), nodes, options());
+  ASSERT_TRUE(first.is_ok() && second.is_ok());
+  EXPECT_EQ(layers_per_device(first.value()), layers_per_device(second.value()));
+}
+
+TEST(Solver, TheOutputHeadGoesWithTheLastDeviceOnThePath) {
+  auto p = solve(toy_model(10, 10), {node("a", 80), node("b", 80), node("c", 1)}, options());
+  ASSERT_TRUE(p.is_ok() && p->fits);
+  EXPECT_TRUE(p->devices[1].output);
+  EXPECT_FALSE(p->devices[2].output);
+  EXPECT_EQ(p->split.device_layers, (std::vector<int>{5, 5}));
+}
+
+TEST(Solver, AHeadCpuTakesCpuLayers) {
+  auto p = solve(toy_model(10, 10), {node("a", 80, 100e9, DeviceKind::cpu), node("b", 80)}, options());
+  ASSERT_TRUE(p.is_ok() && p->fits) << p->failure;
+  EXPECT_EQ(p->split.cpu_layers, 5);
+  EXPECT_FALSE(p->split.use_local_gpus);
+  EXPECT_EQ(p->split.device_layers, (std::vector<int>{5}));
+}
+
+TEST(Solver, LinkCostKeepsASmallModelOnOneNode) {
+  PlanOptions o = options();
+  o.hop_seconds = 0.001;
+  auto p = solve(toy_model(4, 10), {node("a", 1024), node("b", 1024)}, o);
+  ASSERT_TRUE(p.is_ok() && p->fits);
+  EXPECT_EQ(layers_per_device(p.value()), (std::vector<int>{4, 0}));
+  EXPECT_EQ(p->link_seconds, 0);
+}
+
+TEST(Solver, DecodeEstimateIsBytesOverBandwidthPlusHops) {
+  PlanOptions o = options();
+  o.hop_seconds = 0.001;
+  auto p = solve(toy_model(10, 10), {node("a", 80, 100e9), node("b", 80, 100e9)}, o);
+  ASSERT_TRUE(p.is_ok() && p->fits);
+  // 100 MiB of layers and 4 MiB of output head at 100 GB/s, and two crossings of the cable.
+  EXPECT_NEAR(p->seconds_per_token, (104.0 * kMiB) / 100e9 + 0.002, 1e-6);
+}
+
+TEST(Solver, RefusesMoreWorkersThanTheRpcClientReaches) {
+  std::vector<NodeSpec> nodes = {node("head", 1024)};
+  for (int i = 0; i < kMaxRpcServers + 1; ++i) nodes.push_back(node("w" + std::to_string(i), 1024));
+  auto p = solve(toy_model(10, 10), nodes, options());
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("at most 16"), std::string::npos) << p.status().message();
+}
+
+TEST(Solver, RefusesBadNodeLists) {
+  EXPECT_FALSE(solve(toy_model(4, 10), {}, options()).is_ok());
+  EXPECT_FALSE(solve(toy_model(4, 10), {node("a", 10), node("a", 10)}, options()).is_ok());
+  PlanOptions o = options();
+  o.memory.parallel = 0;
+  EXPECT_FALSE(solve(toy_model(4, 10), {node("a", 100)}, o).is_ok());
+}
+
+TEST(Solver, SuggestsWhatWouldFit) {
+  auto p = make_plan(toy_model(10, 10), {node("a", 60)}, options());
+  ASSERT_TRUE(p.is_ok());
+  ASSERT_FALSE(p->fits);
+  ASSERT_FALSE(p->suggestions.empty());
+  EXPECT_NE(p->suggestions.back().find("one more node like 'a'"), std::string::npos) << p->suggestions.back();
+}
+
+TEST(NodeFlag, ParsesNameMemoryAndBandwidth) {
+  auto n = parse_node_flag("box-a=128GiB@273GB/s");
+  ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+  EXPECT_EQ(n->name, "box-a");
+  EXPECT_EQ(n->devices[0].free_bytes, 128ull << 30);
+  EXPECT_DOUBLE_EQ(n->devices[0].bandwidth, 273e9);
+  auto plain = parse_node_flag("b=96GB");
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_TRUE(plain->devices[0].bandwidth_assumed);
+  for (const char* bad : {"box", "=1GiB", "b=", "b=lots", "b=1GiB@fast", "b=1GiB@0GB/s"}) {
+    EXPECT_FALSE(parse_node_flag(bad).is_ok()) << bad;
+  }
+}
+
+TEST(LiveNodes, SayTheyAreNotAvailableYet) {
+  LiveNodeSource source(node("head", 1), {NodeSpec{"box-b", "10.0.0.2:7070", {}}});
+  auto n = source.nodes();
+  ASSERT_FALSE(n.is_ok());
+  EXPECT_EQ(n.status().code(), StatusCode::unavailable);
+  EXPECT_NE(n.status().message().find("live worker query not available yet"), std::string::npos);
+  EXPECT_NE(n.status().message().find("box-b"), std::string::npos);
+}
+
+TEST(MemoryModel, KvCacheFollowsContextSequencesAndType) {
+  ModelInfo m = toy_model(2, 1);
+  m.n_head_kv = 4;
+  m.head_dim_k = m.head_dim_v = 128;
+  MemoryOptions o;
+  o.context = 1000;  // llama.cpp pads each sequence to 1024 cells
+  o.parallel = 2;
+  auto c = model_costs(m, o);
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->kv_cells, 2048u);
+  EXPECT_EQ(c->layers[0].kv, 2048u * 2 * (4 * 128 * 2));  // K and V, F16
+  o.kv_type = parse_kv_type("q8_0").value();
+  auto q = model_costs(m, o);
+  ASSERT_TRUE(q.is_ok());
+  EXPECT_EQ(q->layers[0].kv, 2048u * 2 * (4 * 128 / 32 * 34));
+  EXPECT_FALSE(parse_kv_type("q3_k").is_ok());
+}
+
+TEST(MemoryModel, SparseLayersAddTheIndexerKeyCache) {
+  ModelInfo m = toy_model(3, 1);
+  m.n_layer_dense_lead = 1;
+  m.indexer_n_head = 1;
+  m.indexer_head_size = 128;
+  MemoryOptions o;
+  o.context = 256;
+  auto c = model_costs(m, o);
+  ASSERT_TRUE(c.is_ok());
+  const uint64_t main = 256u * 2 * (64 * 2);
+  EXPECT_EQ(c->layers[0].kv, main);                              // leading dense layer: no indexer
+  EXPECT_EQ(c->layers[1].kv, main + 256u * (128 * 2 + 64 * 2));  // indexer K (128) and its V row
+  EXPECT_TRUE(c->layers[1].sparse);
+}
+
+}  // namespace
+}  // namespace tandem::plan
+
+namespace tandem::plan {
+namespace {
+
+TEST(PlanConfig, DeclaredMemoryGivesStaticNodesAndOptions) {
+  auto c = config::parse_config(
+      "[cluster]\nhead_name = \"a\"\nhead_memory = \"100GiB\"\nhead_device = \"cpu\"\n"
+      "[[worker]]\nname = \"b\"\naddress = \"h:1\"\nmemory = \"50GiB\"\nbandwidth = \"100GB/s\"\n"
+      "[model]\ncontext = 8192\nparallel = 3\nkv_type = \"q8_0\"\n[plan]\nmargin = 0.1\nhop_ms = 2\n");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  auto o = plan_options_from_config(c.value());
+  ASSERT_TRUE(o.is_ok());
+  EXPECT_EQ(o->memory.context, 8192u);
+  EXPECT_EQ(o->memory.parallel, 3u);
+  EXPECT_EQ(kv_type_name(o->memory.kv_type), "q8_0");
+  EXPECT_DOUBLE_EQ(o->memory.margin_fraction, 0.1);
+  EXPECT_DOUBLE_EQ(o->hop_seconds, 0.002);
+  auto nodes = node_source_from_config(c.value())->nodes();
+  ASSERT_TRUE(nodes.is_ok());
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ(nodes.value()[0].name, "a");
+  EXPECT_EQ(nodes.value()[0].devices[0].kind, DeviceKind::cpu);
+  EXPECT_EQ(nodes.value()[1].devices[0].free_bytes, 50ull << 30);
+  EXPECT_DOUBLE_EQ(nodes.value()[1].devices[0].bandwidth, 100e9);
+}
+
+TEST(PlanConfig, AnUnknownKvTypeNamesTheKey) {
+  auto c = config::parse_config("[model]\nkv_type = \"q3\"\n", "t.toml");
+  ASSERT_TRUE(c.is_ok());
+  auto o = plan_options_from_config(c.value());
+  ASSERT_FALSE(o.is_ok());
+  EXPECT_NE(o.status().message().find("[model] kv_type"), std::string::npos) << o.status().message();
+}
+
+TEST(PlanConfig, UndeclaredMemoryNeedsTheLiveQuery) {
+  auto c = config::parse_config("[[worker]]\nname = \"b\"\naddress = \"h:1\"\n");
+  ASSERT_TRUE(c.is_ok());
+  auto nodes = node_source_from_config(c.value())->nodes();
+  ASSERT_FALSE(nodes.is_ok());
+  EXPECT_NE(nodes.status().message().find("live worker query not available yet"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::plan
