@@ -66,7 +66,9 @@ Status fill_inputs(const json& body, const common_chat_templates* tmpls, common_
   if (!in.tools.empty() && in.tool_choice != COMMON_CHAT_TOOL_CHOICE_NONE && !grammar.empty()) {
     return Status::invalid_argument("grammar cannot be combined with tools");
   }
-  for (const auto& [key, value] : body.value("chat_template_kwargs", json::object()).items()) in.chat_template_kwargs[key] = value.dump();
+  const json kwargs = body.value("chat_template_kwargs", json::object());
+  if (!kwargs.is_object()) return Status::invalid_argument("chat_template_kwargs must be an object");
+  for (const auto& [key, value] : kwargs.items()) in.chat_template_kwargs[key] = value.dump();
   if (auto it = in.chat_template_kwargs.find("enable_thinking"); it != in.chat_template_kwargs.end()) {
     if (it->second == "true") in.enable_thinking = true;
     else if (it->second == "false") in.enable_thinking = false;
@@ -157,7 +159,15 @@ void ChatStream::update(const std::string& text, bool partial, EngineEvent* delt
   }
   if (next.empty()) return;
   next.set_tool_call_ids(tool_call_ids_, random_id);
-  for (const auto& d : common_chat_msg_diff::compute_diffs(message_, next)) {
+  std::vector<common_chat_msg_diff> diffs;
+  try {
+    diffs = common_chat_msg_diff::compute_diffs(message_, next);
+  } catch (const std::exception&) {
+    // A partial parse may read a half-written marker as content and take it back once the
+    // marker completes; what was sent cannot be taken back, so wait for a parse that extends it.
+    return;
+  }
+  for (const auto& d : diffs) {
     delta->text += d.content_delta;
     delta->reasoning += d.reasoning_content_delta;
     if (d.tool_call_index != std::string::npos) {

@@ -162,6 +162,8 @@ Status build_sampler(const llama_model* model, common_params_sampling& s, Job& j
       const char* field = s.grammar.type == COMMON_GRAMMAR_TYPE_USER ? "grammar" : "the grammar of the response format or tools";
       return Status::invalid_argument(std::string(field) + " does not parse");
     }
+    // common rethrows some failures as a bare std::exception; its log has the details.
+    if (what == "std::exception") return Status::invalid_argument("the grammar of the chat format does not accept the template's generation prompt");
     return Status::invalid_argument("sampling parameters: " + what);
   }
   if (!job.sampler) return Status::invalid_argument("the sampling parameters were refused");

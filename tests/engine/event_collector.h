@@ -29,7 +29,7 @@ class EventCollector {
   }
 
   // Waits for done or error; false after `timeout_ms`.
-  bool wait(int timeout_ms = 60000) {
+  bool wait(int timeout_ms = 180000) {
     std::unique_lock<std::mutex> lock(mutex_);
     return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return finished_; });
   }
