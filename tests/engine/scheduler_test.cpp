@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <unistd.h>
+
 #include "engine/model_loader.h"
 #include "event_collector.h"
 #include "synth/presets.h"
@@ -23,7 +25,8 @@ using testing::EventCollector;
 class SchedulerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(std::string(TANDEM_TEST_TMP) + "/SchedulerTest");
+    // One folder per process: ctest runs each test in its own process, two at a time.
+    dir_ = new std::string(std::string(TANDEM_TEST_TMP) + "/SchedulerTest." + std::to_string(::getpid()));
     std::filesystem::create_directories(*dir_);
     model_path_ = new std::string(*dir_ + "/tiny.gguf");
     ASSERT_TRUE(synth::write_model(synth::preset("tiny").value(), *model_path_, {}).is_ok());
