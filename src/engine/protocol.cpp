@@ -23,7 +23,8 @@ json status_json(const EngineStatus& s) {
   json j = {{"state", s.state},
             {"load", {{"fraction", s.load.fraction}, {"bytes", s.load.bytes}, {"total_bytes", s.load.total_bytes}, {"rate", s.load.rate}}},
             {"slots", {{"busy", s.slots_busy}, {"total", s.slots_total}, {"waiting", s.waiting}}},
-            {"tokens_per_s", s.tokens_per_s}};
+            {"tokens_per_s", s.tokens_per_s},
+            {"protocol", kProtocolVersion}};
   if (!s.error.empty()) j["error"] = s.error;
   return j;
 }

@@ -185,6 +185,8 @@ void Server::load() {
     load_status_.load.fraction = 1;
     load_status_.load.bytes = load_status_.load.total_bytes;
   }
+  std::fprintf(stderr, "tandem engine: ready on %s: %d slots of %d tokens\n", config_.socket_path.c_str(), config_.scheduler.parallel,
+               scheduler_->context_per_request());
   broadcast(status_event());
 }
 
