@@ -1,9 +1,12 @@
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "engine/generate.h"
 #include "engine/llama_log.h"
+#include "engine/server.h"
 
 namespace tandem::cli {
 
@@ -23,53 +26,96 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
+std::atomic<bool> stop_requested{false};
+void on_signal(int) { stop_requested = true; }
+
+struct EngineFlags {
+  engine::GenerateOptions one_shot;
+  engine::EngineConfig serve;
+  std::string rpc, split;
+  bool json = false, no_repack = false, no_cuda_graphs = false;
+  int verbose = 0;
+};
+
+engine::Placement placement(const EngineFlags& f) {
+  engine::Placement p = f.one_shot.placement;
+  p.rpc_servers = split_list(f.rpc);
+  p.cpu_weight_repack = !f.no_repack;
+  for (const std::string& n : split_list(f.split)) {
+    try {
+      p.device_layers.push_back(std::stoi(n));
+    } catch (const std::exception&) {
+      fail("--layer-split: '" + n + "' is not a layer count", 2);
+    }
+  }
+  return p;
+}
+
+void run_one_shot(EngineFlags& f) {
+  engine::GenerateOptions& o = f.one_shot;
+  o.placement = placement(f);
+  auto r = engine::generate(o);
+  if (!r.is_ok()) fail(r.status().message());
+  if (f.json) {
+    nlohmann::json j = {{"text", r->text},           {"tokens", r->tokens},
+                        {"n_prompt_tokens", r->n_prompt_tokens}, {"load_s", r->load_s},
+                        {"prefill_tps", r->prefill_tps}, {"decode_tps", r->decode_tps}};
+    // Generated text may end inside a UTF-8 sequence: replace, never throw.
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return;
+  }
+  std::printf("%s%s\n", o.prompt.c_str(), r->text.c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr, "\n%zu tokens generated; load %.2f s, prompt %d tokens at %.1f tok/s, decode %.1f tok/s\n",
+               r->tokens.size(), r->load_s, r->n_prompt_tokens, r->prefill_tps, r->decode_tps);
+}
+
+void run_server(EngineFlags& f) {
+  engine::EngineConfig& c = f.serve;
+  c.load.model = f.one_shot.model;
+  c.load.placement = placement(f);
+  c.scheduler.threads = f.one_shot.threads;
+  c.cuda_graphs = !f.no_cuda_graphs;
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+  Status st = engine::serve_engine(c, stop_requested);
+  if (!st.is_ok()) fail(st.message());
+}
+
 void register_engine(CLI::App& app) {
-  auto* cmd = app.add_subcommand("engine", "Run the inference engine; with --prompt, generate once and print the text and speed");
-  static engine::GenerateOptions o;
-  static bool json = false;
-  static int verbose = 0;
+  auto* cmd = app.add_subcommand("engine", "Run the inference engine on a Unix socket (--socket), or generate once (--prompt)");
+  static EngineFlags f;
+  engine::GenerateOptions& o = f.one_shot;
   cmd->add_option("-m,--model", o.model, "GGUF model file")->required();
-  cmd->add_option("-p,--prompt", o.prompt, "Prompt to complete")->required();
-  cmd->add_option("-n,--n-predict", o.n_predict, "Tokens to generate at most")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("-c,--context", o.n_ctx, "Context size in tokens")->capture_default_str()->check(CLI::Range(8, 1 << 24));
+  auto* socket = cmd->add_option("--socket", f.serve.socket_path, "Serve the engine protocol on this Unix socket (docs/engine-protocol.md)");
+  auto* prompt = cmd->add_option("-p,--prompt", o.prompt, "Generate once from this prompt and print the text and speed");
+  socket->excludes(prompt);
+  cmd->add_option("-n,--n-predict", o.n_predict, "--prompt: tokens to generate at most")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("-c,--context", o.n_ctx, "Context size in tokens (--socket: per parallel slot)")->capture_default_str()->check(CLI::Range(16, 1 << 24));
+  cmd->add_option("--parallel", f.serve.scheduler.parallel, "--socket: requests decoded at the same time (slots)")->capture_default_str()->check(CLI::Range(1, 256));
+  cmd->add_option("--batch", f.serve.scheduler.batch, "--socket: tokens per decode step at most")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--prompt-chunk", f.serve.scheduler.max_prompt_chunk,
+                  "--socket: prompt tokens per slot and step at most (0: the batch; below 64 for batch-independent results on CPU)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 16));
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0: all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", o.temperature, "Sample at this temperature instead of greedy decoding")
-      ->check(CLI::Range(0.0f, 5.0f))->each([](const std::string&) { o.greedy = false; });
-  cmd->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
-  cmd->add_flag("--ignore-eos", o.ignore_eos, "Keep generating past end-of-generation tokens");
-  static std::string rpc, split;
-  cmd->add_option("--rpc", rpc, "Comma-separated ggml RPC servers (host:port) to offload layers to");
+  cmd->add_option("--temperature", o.temperature, "--prompt: sample at this temperature instead of greedy decoding")
+      ->check(CLI::Range(0.0f, 5.0f))->each([](const std::string&) { f.one_shot.greedy = false; });
+  cmd->add_option("--seed", o.seed, "--prompt: sampling seed")->capture_default_str();
+  cmd->add_flag("--ignore-eos", o.ignore_eos, "--prompt: keep generating past end-of-generation tokens");
+  cmd->add_option("--rpc", f.rpc, "Comma-separated ggml RPC servers (host:port) to offload layers to");
   cmd->add_option("--cpu-layers", o.placement.cpu_layers, "Number of leading layers kept on the host CPU")->capture_default_str();
-  cmd->add_option("--layer-split", split, "Comma-separated layer counts per offload device (local GPUs, then RPC devices)");
-  static bool no_repack = false;
-  cmd->add_flag("--no-cpu-repack", no_repack, "Keep CPU weights in file layout (bit-identical to a CPU split through RPC servers)");
-  cmd->add_flag("--json", json, "Print the result as JSON (text, tokens, timings)");
-  cmd->add_flag("-v,--verbose", verbose, "Show libllama's log (-v warnings, -vv everything)");
-  cmd->callback([] {
-    engine::set_llama_verbosity(verbose);
-    o.placement.rpc_servers = split_list(rpc);
-    o.placement.cpu_weight_repack = !no_repack;
-    for (const std::string& n : split_list(split)) {
-      try {
-        o.placement.device_layers.push_back(std::stoi(n));
-      } catch (const std::exception&) {
-        fail("--layer-split: '" + n + "' is not a layer count", 2);
-      }
-    }
-    auto r = engine::generate(o);
-    if (!r.is_ok()) fail(r.status().message());
-    if (json) {
-      nlohmann::json j = {{"text", r->text},           {"tokens", r->tokens},
-                          {"n_prompt_tokens", r->n_prompt_tokens}, {"load_s", r->load_s},
-                          {"prefill_tps", r->prefill_tps}, {"decode_tps", r->decode_tps}};
-      // Generated text may end inside a UTF-8 sequence: replace, never throw.
-      std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-      return;
-    }
-    std::printf("%s%s\n", o.prompt.c_str(), r->text.c_str());
-    std::fflush(stdout);
-    std::fprintf(stderr, "\n%zu tokens generated; load %.2f s, prompt %d tokens at %.1f tok/s, decode %.1f tok/s\n",
-                 r->tokens.size(), r->load_s, r->n_prompt_tokens, r->prefill_tps, r->decode_tps);
+  cmd->add_option("--layer-split", f.split, "Comma-separated layer counts per offload device (local GPUs, then RPC devices)");
+  cmd->add_flag("--no-cpu-repack", f.no_repack, "Keep CPU weights in file layout (bit-identical to a CPU split through RPC servers)");
+  cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine (GGML_CUDA_DISABLE_GRAPHS=1)");
+  cmd->add_flag("--json", f.json, "--prompt: print the result as JSON (text, tokens, timings)");
+  cmd->add_flag("-v,--verbose", f.verbose, "Show libllama's log (-v warnings, -vv everything)");
+  cmd->callback([socket, prompt] {
+    engine::set_llama_verbosity(f.verbose);
+    if (socket->count() == 0 && prompt->count() == 0) fail("engine: give --socket PATH to serve or --prompt TEXT to generate once", 2);
+    f.serve.scheduler.context = f.one_shot.n_ctx;
+    if (socket->count() > 0) return run_server(f);
+    run_one_shot(f);
   });
 }
 

@@ -1,0 +1,201 @@
+#include "engine/protocol.h"
+
+#include <nlohmann/json.hpp>
+
+namespace tandem::engine {
+namespace {
+
+using json = nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const char* kind_name(RequestKind k) { return k == RequestKind::chat ? "chat" : "completion"; }
+
+StatusCode code_from_wire(const std::string& s) {
+  if (s == "invalid_argument") return StatusCode::invalid_argument;
+  if (s == "resource_exhausted") return StatusCode::resource_exhausted;
+  if (s == "unavailable") return StatusCode::unavailable;
+  if (s == "cancelled") return StatusCode::cancelled;
+  return StatusCode::internal;
+}
+
+json status_json(const EngineStatus& s) {
+  json j = {{"state", s.state},
+            {"load", {{"fraction", s.load.fraction}, {"bytes", s.load.bytes}, {"total_bytes", s.load.total_bytes}, {"rate", s.load.rate}}},
+            {"slots", {{"busy", s.slots_busy}, {"total", s.slots_total}, {"waiting", s.waiting}}},
+            {"tokens_per_s", s.tokens_per_s},
+            {"protocol", kProtocolVersion}};
+  if (!s.error.empty()) j["error"] = s.error;
+  return j;
+}
+
+EngineStatus status_from(const json& j) {
+  EngineStatus s;
+  s.state = j.value("state", "");
+  const json load = j.value("load", json::object()), slots = j.value("slots", json::object());
+  s.load.fraction = load.value("fraction", 0.0);
+  s.load.bytes = load.value("bytes", uint64_t{0});
+  s.load.total_bytes = load.value("total_bytes", uint64_t{0});
+  s.load.rate = load.value("rate", 0.0);
+  s.slots_busy = slots.value("busy", 0);
+  s.slots_total = slots.value("total", 0);
+  s.waiting = slots.value("waiting", 0);
+  s.tokens_per_s = j.value("tokens_per_s", 0.0);
+  s.error = j.value("error", "");
+  return s;
+}
+
+Result<json> parse_object(std::string_view line) {
+  if (line.size() > kMaxLineBytes) return Status::invalid_argument("line of " + std::to_string(line.size()) + " bytes exceeds the limit");
+  json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::invalid_argument("not valid JSON");
+  if (!j.is_object()) return Status::invalid_argument("expected a JSON object");
+  return j;
+}
+
+
+}  // namespace
+
+const char* wire_code(StatusCode code) {
+  switch (code) {
+    case StatusCode::invalid_argument:
+    case StatusCode::not_found: return "invalid_argument";
+    case StatusCode::resource_exhausted: return "resource_exhausted";
+    case StatusCode::unavailable: return "unavailable";
+    case StatusCode::cancelled: return "cancelled";
+    default: return "internal";
+  }
+}
+
+std::string encode_request(const EngineRequest& r) {
+  json j;
+  switch (r.op) {
+    case EngineRequest::Op::submit: {
+      j = {{"op", "submit"}, {"id", r.id}, {"kind", kind_name(r.kind)}};
+      json body = json::parse(r.body, nullptr, false);
+      j["body"] = body.is_discarded() ? json(r.body) : body;  // an unparsable body is the engine's to refuse
+      break;
+    }
+    case EngineRequest::Op::cancel: j = {{"op", "cancel"}, {"id", r.id}}; break;
+    case EngineRequest::Op::status: j = {{"op", "status"}}; break;
+  }
+  return dump(j);
+}
+
+std::string encode_event(const EngineEvent& e) {
+  json j;
+  switch (e.type) {
+    case EngineEvent::Type::delta: {
+      j = {{"event", "delta"}, {"id", e.id}};
+      if (!e.text.empty()) j["text"] = e.text;
+      if (!e.reasoning.empty()) j["reasoning"] = e.reasoning;
+      if (!e.tool_calls.empty()) {
+        json calls = json::array();
+        for (const auto& c : e.tool_calls) {
+          json call = {{"index", c.index}, {"arguments", c.arguments}};
+          if (!c.id.empty()) call["id"] = c.id;
+          if (!c.name.empty()) call["name"] = c.name;
+          calls.push_back(std::move(call));
+        }
+        j["tool_calls"] = std::move(calls);
+      }
+      break;
+    }
+    case EngineEvent::Type::done:
+      j = {{"event", "done"},
+           {"id", e.id},
+           {"finish_reason", e.finish_reason},
+           {"usage", {{"prompt_tokens", e.usage.prompt_tokens}, {"completion_tokens", e.usage.completion_tokens},
+                      {"cached_tokens", e.usage.cached_tokens}}}};
+      if (!e.tokens.empty()) j["tokens"] = e.tokens;
+      break;
+    case EngineEvent::Type::error:
+      j = {{"event", "error"}, {"code", wire_code(e.code)}, {"message", e.message}};
+      j["id"] = e.id.empty() ? json(nullptr) : json(e.id);
+      break;
+    case EngineEvent::Type::status:
+      j = status_json(e.status);
+      j["event"] = "status";
+      break;
+  }
+  return dump(j);
+}
+
+static Result<EngineRequest> decode_request_json(std::string_view line) {
+  auto parsed = parse_object(line);
+  if (!parsed.is_ok()) return parsed.status();
+  const json& j = parsed.value();
+  EngineRequest r;
+  const json op = j.value("op", json());
+  if (!op.is_string()) return Status::invalid_argument("'op' must be one of submit, cancel, status");
+  const std::string name = op.get<std::string>();
+  if (name == "status") {
+    r.op = EngineRequest::Op::status;
+    return r;
+  }
+  if (name != "submit" && name != "cancel") return Status::invalid_argument("'op' must be one of submit, cancel, status, got '" + name + "'");
+  r.op = name == "submit" ? EngineRequest::Op::submit : EngineRequest::Op::cancel;
+  if (!j.contains("id") || !j["id"].is_string() || j["id"].get<std::string>().empty()) {
+    return Status::invalid_argument("'" + name + "' needs 'id', a non-empty string");
+  }
+  r.id = j["id"].get<std::string>();
+  if (r.op == EngineRequest::Op::cancel) return r;
+  const std::string kind = j.value("kind", "chat");
+  if (kind != "chat" && kind != "completion") return Status::invalid_argument("'kind' must be chat or completion, got '" + kind + "'");
+  r.kind = kind == "chat" ? RequestKind::chat : RequestKind::completion;
+  if (!j.contains("body") || !j["body"].is_object()) return Status::invalid_argument("'submit' needs 'body', the OpenAI request object");
+  r.body = dump(j["body"]);
+  return r;
+}
+
+static Result<EngineEvent> decode_event_json(std::string_view line) {
+  auto parsed = parse_object(line);
+  if (!parsed.is_ok()) return parsed.status();
+  const json& j = parsed.value();
+  EngineEvent e;
+  const std::string type = j.value("event", "");
+  if (j.contains("id") && j["id"].is_string()) e.id = j["id"].get<std::string>();
+  if (type == "delta") {
+    e.type = EngineEvent::Type::delta;
+    e.text = j.value("text", "");
+    e.reasoning = j.value("reasoning", "");
+    for (const json& c : j.value("tool_calls", json::array())) {
+      e.tool_calls.push_back({c.value("index", 0), c.value("id", ""), c.value("name", ""), c.value("arguments", "")});
+    }
+  } else if (type == "done") {
+    e.type = EngineEvent::Type::done;
+    e.finish_reason = j.value("finish_reason", "");
+    const json u = j.value("usage", json::object());
+    e.usage = {u.value("prompt_tokens", 0), u.value("completion_tokens", 0), u.value("cached_tokens", 0)};
+    e.tokens = j.value("tokens", std::vector<int32_t>());
+  } else if (type == "error") {
+    e.type = EngineEvent::Type::error;
+    e.code = code_from_wire(j.value("code", ""));
+    e.message = j.value("message", "");
+  } else if (type == "status") {
+    e.type = EngineEvent::Type::status;
+    e.status = status_from(j);
+  } else {
+    return Status::invalid_argument("unknown event '" + type + "'");
+  }
+  return e;
+}
+
+// A field of the wrong type makes nlohmann throw: that is the peer's error, never a crash.
+Result<EngineRequest> decode_request(std::string_view line) {
+  try {
+    return decode_request_json(line);
+  } catch (const std::exception& e) {
+    return Status::invalid_argument(e.what());
+  }
+}
+
+Result<EngineEvent> decode_event(std::string_view line) {
+  try {
+    return decode_event_json(line);
+  } catch (const std::exception& e) {
+    return Status::invalid_argument(e.what());
+  }
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,252 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common.h"
+#include "engine/llama_log.h"
+#include "engine/request.h"
+#include "engine/slot.h"
+#include "llama.h"
+
+namespace tandem::engine {
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+constexpr double kRateWindowS = 5.0;
+
+void fail_job(Job& job, const Status& error) {
+  EngineEvent e;
+  e.type = EngineEvent::Type::error;
+  e.id = job.id;
+  e.code = error.code();
+  e.message = error.message();
+  job.on_event(e);
+}
+
+}  // namespace
+
+void Scheduler::BatchDeleter::operator()(llama_batch* b) const {
+  llama_batch_free(*b);
+  delete b;
+}
+
+Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const SchedulerOptions& o) {
+  if (o.parallel < 1 || o.parallel > 256) return Status::invalid_argument("parallel must be in [1, 256], got " + std::to_string(o.parallel));
+  if (o.context < 16) return Status::invalid_argument("context must be at least 16 tokens, got " + std::to_string(o.context));
+  if (o.batch < o.parallel) return Status::invalid_argument("batch (" + std::to_string(o.batch) + ") must hold one token of each slot (" + std::to_string(o.parallel) + ")");
+  auto chat = ChatTemplates::load(model);
+  if (!chat.is_ok()) return chat.status();
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = static_cast<uint32_t>(o.context) * static_cast<uint32_t>(o.parallel);
+  cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(o.batch);
+  cp.n_seq_max = static_cast<uint32_t>(o.parallel);
+  cp.kv_unified = false;                               // one KV stream per slot (MSA needs it)
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;  // MiniMax-M3's sparse attention needs it
+  cp.n_threads = cp.n_threads_batch = threads;
+  cp.no_perf = true;
+  take_last_llama_error();
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (ctx == nullptr) {
+    const std::string reason = take_last_llama_error();
+    return Status::resource_exhausted("creating the context failed: " + std::to_string(o.parallel) + " slots × " + std::to_string(o.context) +
+                                      " tokens (KV cache F16, flash attention on, batch " + std::to_string(o.batch) + ")" +
+                                      (reason.empty() ? "" : ": " + reason));
+  }
+  SchedulerOptions actual = o;
+  actual.context = static_cast<int>(llama_n_ctx_seq(ctx));
+  actual.threads = threads;
+  return std::unique_ptr<Scheduler>(new Scheduler(model, ctx, actual, std::move(chat.value())));
+}
+
+Scheduler::Scheduler(llama_model* model, llama_context* ctx, const SchedulerOptions& options, ChatTemplates chat)
+    : model_(model), ctx_(ctx), options_(options), chat_(std::move(chat)) {
+  for (int i = 0; i < options_.parallel; ++i) slots_.push_back(std::make_unique<Slot>(i, options_.context));
+  batch_.reset(new llama_batch(llama_batch_init(options_.batch, 0, 1)));
+  thread_ = std::thread([this] { run(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+  slots_.clear();
+  batch_.reset();
+  llama_free(ctx_);
+}
+
+Status Scheduler::submit(const std::string& id, RequestKind kind, const std::string& body, EventCallback on_event) {
+  if (id.empty()) return Status::invalid_argument("the request id is empty");
+  nlohmann::json parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return Status::invalid_argument("the request body is not valid JSON");
+  ModelFacts facts{model_, &chat_, options_.context};
+  auto job = prepare_job(kind, parsed, facts);
+  if (!job.is_ok()) return job.status();
+  job.value()->id = id;
+  // Terminal events release the id; they always arrive on the decode thread.
+  job.value()->on_event = [this, id, cb = std::move(on_event)](const EngineEvent& e) {
+    if (e.type == EngineEvent::Type::done || e.type == EngineEvent::Type::error) {
+      int busy = 0;
+      for (const auto& s : slots_) busy += s->busy() ? 1 : 0;
+      std::lock_guard<std::mutex> lock(mutex_);
+      active_ids_.erase(std::remove(active_ids_.begin(), active_ids_.end(), id), active_ids_.end());
+      busy_ = busy;
+    }
+    cb(e);
+  };
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return Status::unavailable("the engine is shutting down");
+    if (std::find(active_ids_.begin(), active_ids_.end(), id) != active_ids_.end()) {
+      return Status::invalid_argument("request id '" + id + "' is already in use");
+    }
+    active_ids_.push_back(id);
+    waiting_.push_back(std::move(job.value()));
+  }
+  wake_.notify_all();
+  return Status::ok();
+}
+
+void Scheduler::cancel(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cancels_.push_back(id);
+  }
+  wake_.notify_all();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SchedulerStats s;
+  s.busy = busy_;
+  s.total = options_.parallel;
+  s.waiting = static_cast<int>(waiting_.size());
+  s.tokens_generated = tokens_generated_;
+  const double now = now_s();
+  int sum = 0;
+  double first = now;
+  for (const auto& [t, n] : recent_) {
+    if (t < now - kRateWindowS) continue;
+    sum += n;
+    first = std::min(first, t);
+  }
+  s.tokens_per_s = sum > 0 ? sum / std::max(1.0, now - first) : 0.0;
+  return s;
+}
+
+bool Scheduler::wait_for_work() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !cancels_.empty() || busy_ > 0; });
+  return !stopping_;
+}
+
+void Scheduler::run() {
+  while (wait_for_work()) {
+    take_cancellations();
+    assign_waiting();
+    step();
+  }
+  const Status down = Status::unavailable("the engine is shutting down");
+  for (auto& s : slots_) s->fail(down);
+  std::deque<std::unique_ptr<Job>> left;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    left.swap(waiting_);
+  }
+  for (auto& job : left) fail_job(*job, down);
+}
+
+void Scheduler::take_cancellations() {
+  std::vector<std::string> ids;
+  std::vector<std::unique_ptr<Job>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ids.swap(cancels_);
+    for (const auto& id : ids) {
+      auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& j) { return j->id == id; });
+      if (it == waiting_.end()) continue;
+      queued.push_back(std::move(*it));
+      waiting_.erase(it);
+    }
+  }
+  const Status cancelled = Status::cancelled("the request was cancelled");
+  for (auto& job : queued) fail_job(*job, cancelled);
+  for (const auto& id : ids) {
+    for (auto& s : slots_) {
+      if (s->busy() && s->job_id() == id) s->fail(cancelled);
+    }
+  }
+}
+
+void Scheduler::assign_waiting() {
+  for (;;) {
+    std::unique_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (waiting_.empty()) return;
+      const bool any_free = std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return !s->busy(); });
+      if (!any_free) return;
+      job = std::move(waiting_.front());
+      waiting_.pop_front();
+    }
+    // The free slot whose KV stream shares the longest prefix; the lowest one on a tie, which
+    // keeps busy slots contiguous (llama.cpp batches consecutive sequence ids together).
+    Slot* best = nullptr;
+    size_t best_prefix = 0;
+    for (auto& s : slots_) {
+      if (s->busy()) continue;
+      const size_t p = s->common_prefix(job->prompt);
+      if (best == nullptr || p > best_prefix) best = s.get(), best_prefix = p;
+    }
+    best->start(std::move(job), ctx_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++busy_;
+  }
+}
+
+void Scheduler::step() {
+  llama_batch& batch = *batch_;
+  batch.n_tokens = 0;
+  // Every generating slot gets its token in; prompts share what is left of the batch.
+  int prompt_budget = options_.batch;
+  for (auto& s : slots_) prompt_budget -= s->generating() ? 1 : 0;
+  std::vector<Slot*> in_batch;
+  for (auto& s : slots_) {
+    const bool gen = s->generating();
+    int budget = gen ? 1 : prompt_budget;
+    if (!gen && options_.max_prompt_chunk > 0) budget = std::min(budget, options_.max_prompt_chunk);
+    const int added = s->add_to_batch(batch, budget);
+    if (!gen) prompt_budget -= added;
+    if (added > 0) in_batch.push_back(s.get());
+  }
+  if (batch.n_tokens == 0) return;
+  if (const int rc = llama_decode(ctx_, batch); rc != 0) {
+    const std::string reason = take_last_llama_error();
+    const Status error = rc == 1 ? Status::resource_exhausted("no room left in the KV cache for this batch")
+                                 : Status::internal("llama_decode returned " + std::to_string(rc) + (reason.empty() ? "" : ": " + reason));
+    for (Slot* s : in_batch) {
+      s->drop_cache(ctx_);
+      s->fail(error);
+    }
+    return;
+  }
+  int generated = 0;
+  for (Slot* s : in_batch) generated += s->after_decode(ctx_) ? 1 : 0;
+  record_tokens(generated);
+}
+
+void Scheduler::record_tokens(int n) {
+  if (n == 0) return;
+  const double now = now_s();
+  std::lock_guard<std::mutex> lock(mutex_);
+  tokens_generated_ += static_cast<uint64_t>(n);
+  recent_.emplace_back(now, n);
+  while (!recent_.empty() && recent_.front().first < now - kRateWindowS) recent_.pop_front();
+}
+
+}  // namespace tandem::engine

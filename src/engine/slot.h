@@ -1,0 +1,62 @@
+// One parallel sequence of the scheduler: its KV cache stream, what that stream holds, and the job
+// running on it. Private to the engine; touched only by the scheduler's decode thread.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/job.h"
+#include "engine/text_stream.h"
+
+struct llama_context;
+struct llama_batch;
+
+namespace tandem::engine {
+
+class Slot {
+ public:
+  Slot(int seq_id, int n_ctx) : seq_id_(seq_id), n_ctx_(n_ctx) {}
+
+  int seq_id() const { return seq_id_; }
+  bool busy() const { return job_ != nullptr; }
+  bool generating() const { return job_ != nullptr && next_ >= 0; }
+  const std::string& job_id() const { return job_->id; }
+  // Tokens in common between what the slot's KV stream holds and `prompt`.
+  size_t common_prefix(const std::vector<llama_token>& prompt) const;
+
+  // Takes the job, keeping the longest cached prefix of its prompt in the KV stream (at least
+  // one prompt token is always evaluated again, for its logits).
+  void start(std::unique_ptr<Job> job, llama_context* ctx);
+
+  // Adds this slot's next tokens to `batch`: the last sampled token, or up to `budget` prompt
+  // tokens. Returns how many were added.
+  int add_to_batch(llama_batch& batch, int budget);
+
+  // After a successful decode: samples when this slot's logits were in the batch, emits the
+  // events, and frees the slot when the job ended. Returns true when a token was generated.
+  bool after_decode(llama_context* ctx);
+
+  // Ends the job with `error` (a cancelled one too) and frees the slot. The KV stream keeps what
+  // was decoded, for prefix reuse.
+  void fail(const Status& error);
+
+  // Forgets the KV stream (after a failed decode left it in an unknown state).
+  void drop_cache(llama_context* ctx);
+
+ private:
+  void finish(const char* reason);
+  void emit(const std::string& ready, bool final);
+
+  const int seq_id_;
+  const int n_ctx_;
+  std::vector<llama_token> cache_;  // tokens whose K/V are in this sequence, in position order
+  std::unique_ptr<Job> job_;        // null when free
+  TextStream text_;
+  int logits_index_ = -1;           // batch index of this slot's logits in the pending decode
+  llama_token next_ = -1;           // sampled and not yet decoded; -1 while the prompt runs
+  int n_generated_ = 0;
+  std::vector<llama_token> generated_;  // only when the job asked for return_tokens
+  int n_cached_ = 0;                // prompt tokens reused from the cache
+};
+
+}  // namespace tandem::engine

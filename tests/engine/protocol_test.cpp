@@ -1,0 +1,84 @@
+#include "engine/protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace tandem::engine {
+namespace {
+
+TEST(Protocol, RequestsRoundTrip) {
+  EngineRequest r;
+  r.op = EngineRequest::Op::submit;
+  r.id = "r1";
+  r.kind = RequestKind::completion;
+  r.body = R"({"prompt":"hi","max_tokens":3})";
+  auto back = decode_request(encode_request(r));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->op, EngineRequest::Op::submit);
+  EXPECT_EQ(back->id, "r1");
+  EXPECT_EQ(back->kind, RequestKind::completion);
+  EXPECT_NE(back->body.find("\"prompt\":\"hi\""), std::string::npos) << back->body;
+}
+
+TEST(Protocol, MalformedRequestsAreErrorsThatSayWhy) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{", "not valid JSON"},
+      {"[1]", "expected a JSON object"},
+      {R"({"op":"dance"})", "'op' must be one of submit, cancel, status"},
+      {R"({"op":"submit","body":{}})", "needs 'id'"},
+      {R"({"op":"submit","id":"x"})", "needs 'body'"},
+      {R"({"op":"submit","id":"x","kind":"embed","body":{}})", "'kind' must be chat or completion"},
+      {R"({"op":"submit","id":"x","kind":7,"body":{}})", "type"},
+      {R"({"op":"cancel","id":5})", "needs 'id'"},
+  };
+  for (const auto& [line, why] : cases) {
+    auto r = decode_request(line);
+    ASSERT_FALSE(r.is_ok()) << line;
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << line << " -> " << r.status().message();
+  }
+}
+
+TEST(Protocol, EventsRoundTrip) {
+  EngineEvent d;
+  d.type = EngineEvent::Type::delta;
+  d.id = "a";
+  d.text = "hé";
+  d.reasoning = "hmm";
+  d.tool_calls = {{0, "call_1", "get_weather", "{\"ci"}};
+  auto back = decode_event(encode_event(d));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->text, "hé");
+  EXPECT_EQ(back->reasoning, "hmm");
+  ASSERT_EQ(back->tool_calls.size(), 1u);
+  EXPECT_EQ(back->tool_calls[0].name, "get_weather");
+  EXPECT_EQ(back->tool_calls[0].arguments, "{\"ci");
+
+  EngineEvent e;
+  e.type = EngineEvent::Type::error;
+  e.id = "a";
+  e.code = StatusCode::resource_exhausted;
+  e.message = "full";
+  back = decode_event(encode_event(e));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->code, StatusCode::resource_exhausted);
+  EXPECT_NE(encode_event(e).find("\"code\":\"resource_exhausted\""), std::string::npos);
+
+  EngineEvent s;
+  s.type = EngineEvent::Type::status;
+  s.status.state = "loading";
+  s.status.load = {0.5, 100, 200, 50.0};
+  back = decode_event(encode_event(s));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->status.state, "loading");
+  EXPECT_EQ(back->status.load.total_bytes, 200u);
+}
+
+TEST(Protocol, InvalidUtf8IsReplacedNotThrown) {
+  EngineEvent d;
+  d.type = EngineEvent::Type::delta;
+  d.id = "a";
+  d.text = "bad \xC3";
+  EXPECT_TRUE(decode_event(encode_event(d)).is_ok());
+}
+
+}  // namespace
+}  // namespace tandem::engine

@@ -1,0 +1,281 @@
+// The scheduler on the tiny synthetic model, CPU: exactness under continuous batching, limits,
+// stop strings, cancellation, sampling and errors.
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include <unistd.h>
+
+#include "engine/model_loader.h"
+#include "event_collector.h"
+#include "synth/presets.h"
+#include "synth/writer.h"
+#include "test_util.h"
+
+namespace tandem::engine {
+namespace {
+
+using json = nlohmann::json;
+using testing::EventCollector;
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // One folder per process: ctest runs each test in its own process, two at a time.
+    dir_ = new std::string(std::string(TANDEM_TEST_TMP) + "/SchedulerTest." + std::to_string(::getpid()));
+    std::filesystem::create_directories(*dir_);
+    model_path_ = new std::string(*dir_ + "/tiny.gguf");
+    ASSERT_TRUE(synth::write_model(synth::preset("tiny").value(), *model_path_, {}).is_ok());
+    LoadOptions lo;
+    lo.model = *model_path_;
+    // Repacked CPU kernels switch between gemm and gemv by row count, so only file-layout weights
+    // give results independent of the batch (docs/engine-protocol.md, exactness).
+    lo.placement.cpu_weight_repack = false;
+    auto m = load_model(lo);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    model_ = m.value().release();
+  }
+  static void TearDownTestSuite() {
+    ModelDeleter()(model_);
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+    delete model_path_;
+  }
+
+  static std::unique_ptr<Scheduler> make(int parallel, int context = 256) {
+    SchedulerOptions o;
+    o.parallel = parallel;
+    o.context = context;
+    o.threads = 1;  // the test machine's two cores are shared: spinning thread pools would crawl
+    o.max_prompt_chunk = 32;  // below flash attention's 64-row tile: see docs/engine-protocol.md
+    auto s = Scheduler::create(model_, o);
+    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+    return s.is_ok() ? std::move(s.value()) : nullptr;
+  }
+
+  // Runs one request to its end and returns the final event; text into *text when given.
+  static EngineEvent run(Scheduler& s, const std::string& id, RequestKind kind, const json& body, std::string* text = nullptr) {
+    auto c = std::make_shared<EventCollector>();
+    Status st = s.submit(id, kind, body.dump(), [c](const EngineEvent& e) { (*c)(e); });
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    if (!st.is_ok()) return {};
+    EXPECT_TRUE(c->wait());
+    if (text) *text = c->text();
+    return c->final_event();
+  }
+
+  static json greedy(const std::string& prompt, int n) {
+    return {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}, {"ignore_eos", true}, {"return_tokens", true}};
+  }
+
+  static std::string* dir_;
+  static std::string* model_path_;
+  static llama_model* model_;
+};
+std::string* SchedulerTest::dir_ = nullptr;
+std::string* SchedulerTest::model_path_ = nullptr;
+llama_model* SchedulerTest::model_ = nullptr;
+
+TEST_F(SchedulerTest, GreedyDecodingIsDeterministic) {
+  auto s = make(1);
+  std::string a_text, b_text;
+  EngineEvent a = run(*s, "a", RequestKind::completion, greedy("The cable between the two boxes", 24), &a_text);
+  EngineEvent b = run(*s, "b", RequestKind::completion, greedy("The cable between the two boxes", 24), &b_text);
+  ASSERT_EQ(a.type, EngineEvent::Type::done) << a.message;
+  EXPECT_EQ(a.tokens.size(), 24u);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a_text, b_text);
+  EXPECT_EQ(a.finish_reason, "length");
+  EXPECT_EQ(a.usage.completion_tokens, 24);
+  EXPECT_GT(a.usage.prompt_tokens, 3);
+  // The second run reuses the first one's prompt from the slot's cache.
+  EXPECT_EQ(b.usage.cached_tokens, b.usage.prompt_tokens - 1);
+}
+
+TEST_F(SchedulerTest, EightConcurrentRequestsGetTheTokensTheyGetAlone) {
+  auto s = make(8);
+  std::vector<json> bodies;
+  for (int i = 0; i < 8; ++i) {
+    std::string prompt = "Request number " + std::to_string(i) + ":";
+    for (int w = 0; w < i * 7; ++w) prompt += " word" + std::to_string(w);
+    bodies.push_back(greedy(prompt, 8 + 5 * i));
+  }
+  std::vector<std::vector<int32_t>> alone;
+  for (int i = 0; i < 8; ++i) {
+    EngineEvent e = run(*s, "alone" + std::to_string(i), RequestKind::completion, bodies[i]);
+    ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
+    alone.push_back(e.tokens);
+  }
+  // A fresh scheduler, so no prompt is served from a cache filled by the runs above.
+  s = make(8);
+  std::vector<std::shared_ptr<EventCollector>> collectors;
+  for (int i = 0; i < 8; ++i) {
+    auto c = std::make_shared<EventCollector>();
+    ASSERT_TRUE(s->submit("c" + std::to_string(i), RequestKind::completion, bodies[i].dump(), [c](const EngineEvent& e) { (*c)(e); }).is_ok());
+    collectors.push_back(c);
+  }
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(collectors[i]->wait());
+    EngineEvent e = collectors[i]->final_event();
+    ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
+    EXPECT_EQ(e.tokens, alone[i]) << "request " << i;
+  }
+}
+
+TEST_F(SchedulerTest, CancellationFreesTheSlotAtOnce) {
+  auto s = make(1);
+  auto c = std::make_shared<EventCollector>();
+  json body = greedy("A long story about two machines", 200);
+  ASSERT_TRUE(s->submit("long", RequestKind::completion, body.dump(), [c](const EngineEvent& e) { (*c)(e); }).is_ok());
+  // A second request waits for the only slot.
+  auto next = std::make_shared<EventCollector>();
+  ASSERT_TRUE(s->submit("next", RequestKind::completion, greedy("Next", 4).dump(), [next](const EngineEvent& e) { (*next)(e); }).is_ok());
+  ASSERT_TRUE(c->wait_first_delta());
+  s->cancel("long");
+  ASSERT_TRUE(c->wait());
+  EngineEvent e = c->final_event();
+  EXPECT_EQ(e.type, EngineEvent::Type::error);
+  EXPECT_EQ(e.code, StatusCode::cancelled);
+  ASSERT_TRUE(next->wait());
+  EXPECT_EQ(next->final_event().type, EngineEvent::Type::done);
+  EXPECT_EQ(next->final_event().usage.completion_tokens, 4);
+  // Cancelling a queued request ends it too; an unknown id is ignored.
+  s->cancel("nobody");
+  EXPECT_EQ(s->stats().busy, 0);
+}
+
+TEST_F(SchedulerTest, ACancelledQueuedRequestNeverRuns) {
+  auto s = make(1);
+  auto first = std::make_shared<EventCollector>(), queued = std::make_shared<EventCollector>();
+  ASSERT_TRUE(s->submit("first", RequestKind::completion, greedy("One", 60).dump(), [first](const EngineEvent& e) { (*first)(e); }).is_ok());
+  ASSERT_TRUE(s->submit("queued", RequestKind::completion, greedy("Two", 60).dump(), [queued](const EngineEvent& e) { (*queued)(e); }).is_ok());
+  s->cancel("queued");
+  ASSERT_TRUE(queued->wait());
+  EXPECT_EQ(queued->final_event().code, StatusCode::cancelled);
+  EXPECT_TRUE(queued->text().empty());
+  ASSERT_TRUE(first->wait());
+  EXPECT_EQ(first->final_event().type, EngineEvent::Type::done);
+}
+
+TEST_F(SchedulerTest, StopStringsEndTheTextAlsoWhenTheyStraddleTokens) {
+  auto s = make(1);
+  auto c = std::make_shared<EventCollector>();
+  ASSERT_TRUE(s->submit("free", RequestKind::completion, greedy("The", 24).dump(), [c](const EngineEvent& e) { (*c)(e); }).is_ok());
+  ASSERT_TRUE(c->wait());
+  // Find two neighbouring deltas (one token each) with at least 2 bytes and build a stop string
+  // from the end of one and the start of the next.
+  std::vector<std::string> pieces;
+  for (const auto& e : c->events()) if (e.type == EngineEvent::Type::delta) pieces.push_back(e.text);
+  std::string stop, before;
+  for (size_t i = 0; i + 1 < pieces.size() && stop.empty(); ++i) {
+    const std::string& a = pieces[i];
+    const std::string& b = pieces[i + 1];
+    if (a.size() >= 2 && b.size() >= 2 && (a.back() & 0x80) == 0 && (b[1] & 0x80) == 0) {
+      stop = a.substr(a.size() - 2) + b.substr(0, 2);
+    }
+  }
+  ASSERT_FALSE(stop.empty()) << "no two neighbouring multi-byte pieces";
+  const std::string full = c->text();
+  const std::string expected = full.substr(0, full.find(stop));
+  json body = greedy("The", 24);
+  body["stop"] = json::array({"never-there", stop});
+  std::string text;
+  EngineEvent e = run(*s, "stopped", RequestKind::completion, body, &text);
+  ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
+  EXPECT_EQ(e.finish_reason, "stop");
+  EXPECT_EQ(text, expected);
+}
+
+TEST_F(SchedulerTest, TheSameSeedGivesTheSameSample) {
+  auto s = make(2);
+  json body = {{"prompt", "Sampling with a seed"}, {"max_tokens", 16}, {"temperature", 1.0}, {"top_k", 50}, {"top_p", 0.9},
+               {"min_p", 0.01}, {"seed", 1234}, {"ignore_eos", true}, {"return_tokens", true},
+               {"presence_penalty", 0.5}, {"frequency_penalty", 0.2}, {"repeat_penalty", 1.1}};
+  EngineEvent a = run(*s, "a", RequestKind::completion, body);
+  EngineEvent b = run(*s, "b", RequestKind::completion, body);
+  body["seed"] = 99;
+  EngineEvent other = run(*s, "c", RequestKind::completion, body);
+  ASSERT_EQ(a.type, EngineEvent::Type::done) << a.message;
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_NE(a.tokens, other.tokens);
+}
+
+TEST_F(SchedulerTest, LogitBiasSteersTheSample) {
+  auto s = make(1);
+  json body = greedy("Bias", 5);
+  body["logit_bias"] = {{"1234", 100}};
+  EngineEvent e = run(*s, "b", RequestKind::completion, body);
+  ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
+  EXPECT_EQ(e.tokens, std::vector<int32_t>(5, 1234));
+}
+
+TEST_F(SchedulerTest, JsonSchemaOutputParsesAndValidates) {
+  auto s = make(1, 512);
+  json schema = {{"type", "object"},
+                 {"properties", {{"name", {{"type", "string"}, {"maxLength", 6}}},
+                                 {"age", {{"type", "integer"}, {"minimum", 0}, {"maximum", 150}}},
+                                 {"kind", {{"enum", json::array({"cat", "dog"})}}}}},
+                 {"required", json::array({"name", "age", "kind"})},
+                 {"additionalProperties", false}};
+  // Completions only: with the tiny model's SPM vocabulary, MiniMax-M3's generation prompt does
+  // not tokenize the way the chat format's grammar expects (llama-server refuses it the same way).
+  for (const std::string kind : {"completion"}) {
+    json body = {{"max_tokens", 200}, {"temperature", 0},
+                 {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "pet"}, {"schema", schema}}}}}};
+    if (kind == "chat") body["messages"] = json::array({{{"role", "user"}, {"content", "A pet, please."}}});
+    else body["prompt"] = "A pet as JSON:";
+    std::string text;
+    EngineEvent e = run(*s, kind, kind == "chat" ? RequestKind::chat : RequestKind::completion, body, &text);
+    ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
+    EXPECT_EQ(e.finish_reason, "stop") << text;
+    json out = json::parse(text, nullptr, false);
+    ASSERT_TRUE(out.is_object()) << kind << ": " << text;
+    EXPECT_EQ(out.size(), 3u) << text;
+    ASSERT_TRUE(out["name"].is_string()) << text;
+    EXPECT_LE(out["name"].get<std::string>().size(), 6u * 4) << text;  // 6 characters, UTF-8
+    ASSERT_TRUE(out["age"].is_number_integer()) << text;
+    EXPECT_GE(out["age"].get<int>(), 0);
+    EXPECT_LE(out["age"].get<int>(), 150);
+    EXPECT_TRUE(out["kind"] == "cat" || out["kind"] == "dog") << text;
+  }
+}
+
+TEST_F(SchedulerTest, InvalidRequestsAreErrorsThatNameTheField) {
+  auto s = make(1, 64);
+  auto submit = [&](const json& body, RequestKind kind = RequestKind::completion) {
+    return s->submit("x", kind, body.dump(), [](const EngineEvent&) { ADD_FAILURE() << "an invalid request got an event"; });
+  };
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"prompt", "a"}, {"temperature", 3}}, "temperature must be a number in [0, 2], got 3"},
+      {{{"prompt", "a"}, {"top_p", -0.5}}, "top_p must be a number in [0, 1]"},
+      {{{"prompt", "a"}, {"top_k", "many"}}, "top_k must be an integer in [0, 32000]"},
+      {{{"prompt", "a"}, {"presence_penalty", 9}}, "presence_penalty must be a number in [-2, 2]"},
+      {{{"prompt", "a"}, {"max_tokens", 0}}, "max_tokens must be an integer in [1, "},
+      {{{"prompt", "a"}, {"seed", -1}}, "seed must be an integer in [0, "},
+      {{{"prompt", "a"}, {"logit_bias", {{"99999999", 1}}}}, "logit_bias: '99999999' is not a token id"},
+      {{{"prompt", "a"}, {"stop", json::array({1})}}, "stop: every entry must be a non-empty string"},
+      {{{"prompt", "a"}, {"grammar", "root ::= [unclosed"}}, "grammar does not parse"},
+      {{{"prompt", "a"}, {"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "object"}, {"properties", {{"a", {{"$ref", "#/nowhere"}}}}}}}}}}}},
+       "JSON schema"},
+      {{{"prompt", "a"}, {"response_format", {{"type", "xml"}}}}, "response_format.type must be one of"},
+      {{{"prompt", 5}}, "prompt must be a string"},
+      {{{"messages", "hi"}}, "messages must be a non-empty array"},
+      {{{"prompt", std::string(2000, 'a') + " b c d e f g h i j k l m n o p q r s t u v w x y z"}},
+       "tokens, but the context holds " + std::to_string(s->context_per_request()) + " tokens"},
+  };
+  for (const auto& [body, why] : cases) {
+    const RequestKind kind = body.contains("messages") ? RequestKind::chat : RequestKind::completion;
+    Status st = submit(body, kind);
+    ASSERT_FALSE(st.is_ok()) << body.dump();
+    EXPECT_EQ(st.code(), StatusCode::invalid_argument);
+    EXPECT_NE(st.message().find(why), std::string::npos) << body.dump() << " -> " << st.message();
+  }
+  EXPECT_EQ(s->stats().busy, 0);
+}
+
+}  // namespace
+}  // namespace tandem::engine
