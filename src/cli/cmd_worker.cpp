@@ -27,7 +27,7 @@ std::vector<std::string> split_commas(const std::string& text) {
 
 struct WorkerFlags {
   std::string listen, secret_file, devices, cache_dir, cache_max, name;
-  int threads = 0;
+  int threads = 0, handshake_ms = 5000;
   bool no_graphs = false, no_netns = false;
 };
 
@@ -52,6 +52,7 @@ void run_worker_command(const WorkerFlags& f) {
     o.cache_max_bytes = b.value();
   }
   if (!f.name.empty()) o.handshake.name = f.name;
+  o.handshake.step_timeout = link::Millis(f.handshake_ms);
   if (Status s = worker::run_worker(o, secret.value()); !s.is_ok()) fail(s.message());
 }
 
@@ -133,6 +134,8 @@ void register_worker(CLI::App& app) {
   cmd->add_option("--cache-max-size", f.cache_max, "Bound the cache (e.g. 200GiB), evicting least recently used entries");
   cmd->add_option("--threads", f.threads, "CPU threads of the RPC server (0: all cores)")->capture_default_str();
   cmd->add_option("--name", f.name, "This worker's name in messages (default: the hostname)");
+  cmd->add_option("--handshake-timeout-ms", f.handshake_ms, "Deadline of each handshake step")
+      ->capture_default_str()->check(CLI::Range(100, 600000));
   cmd->add_flag("--no-cuda-graphs", f.no_graphs, "Run the RPC server with CUDA graphs off");
   cmd->add_flag("--no-private-netns", f.no_netns, "Do not isolate the RPC server in a private network namespace");
   add_seed(cmd);

@@ -55,8 +55,12 @@ Result<uint64_t> hash_range(int fd, const std::string& path, uint64_t offset, ui
   return hash;
 }
 
+// Owns the descriptors of a model's files; move-only so that no copy closes them early.
 struct OpenFiles {
   std::vector<int> fds;
+  OpenFiles() = default;
+  OpenFiles(OpenFiles&& o) noexcept : fds(std::move(o.fds)) { o.fds.clear(); }
+  OpenFiles(const OpenFiles&) = delete;
   ~OpenFiles() {
     for (int fd : fds) ::close(fd);
   }

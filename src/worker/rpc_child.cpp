@@ -72,7 +72,7 @@ RpcChild::~RpcChild() {
 
 Status RpcChild::setup_namespace() {
   if (!options_.private_netns) {
-    isolation_ = "not isolated: private network namespace turned off (--no-private-netns)";
+    isolation_ = "NOT isolated: private network namespace turned off (--no-private-netns)";
     return Status::ok();
   }
   std::string why;
