@@ -5,7 +5,11 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+
+#include "common/build_info.h"
 
 #include "worker_env.h"
 
@@ -77,6 +81,64 @@ TEST(Forwarder, AStalledWorkerIsCutWithinTheDeadline) {
 
   ASSERT_TRUE(w.process().signal(SIGCONT));
   EXPECT_TRUE(f.wait_until_up(Millis(15000)));
+}
+
+}  // namespace
+}  // namespace tandem::link
+
+namespace tandem::link {
+namespace {
+
+using namespace tandem::testing;
+
+// Median time of `n` ggml RPC GET_ALIGNMENT round trips (9 + 4 bytes out, 8 + 8 back) on `fd`,
+// after the HELLO; 0 on failure.
+double median_round_trip_us(int fd, int n) {
+  if (!ggml_hello_round_trip(fd)) return 0;
+  const uint8_t req[13] = {1, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};  // command 1, size 4, device 0
+  std::vector<double> us;
+  for (int i = 0; i < n; ++i) {
+    const auto t0 = Clock::now();
+    uint8_t rsp[16];
+    if (write_all(fd, req, sizeof req, deadline_in(Millis(5000))) != Io::ok ||
+        read_exact(fd, rsp, sizeof rsp, deadline_in(Millis(5000))) != Io::ok) {
+      return 0;
+    }
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  std::nth_element(us.begin(), us.begin() + n / 2, us.end());
+  return us[n / 2];
+}
+
+// Reports (does not judge: timings depend on the machine) the round trip through forwarder and
+// worker against a direct connection to a stock ggml-rpc-server.
+TEST(Forwarder, RoundTripLatencyAgainstADirectRpcServer) {
+  ScratchDir dir;
+  const int port = free_port();
+  ChildProcess rpc({TANDEM_LLAMA_RPC_SERVER_EXE, "-H", "127.0.0.1", "-p", std::to_string(port), "-t", "1"},
+                   dir.file("rpc.log"));
+  ASSERT_TRUE(wait_for_port(port, 10000));
+  double direct = 0;
+  {
+    auto fd = connect_tcp({"127.0.0.1", static_cast<uint16_t>(port)}, deadline_in(Millis(5000)));
+    ASSERT_TRUE(fd.is_ok());
+    direct = median_round_trip_us(fd->get(), 2000);
+  }
+  const Secret secret = make_secret(dir.file("cluster.key"));
+  WorkerProcess w(dir, "box-b", dir.file("cluster.key"));
+  ASSERT_TRUE(w.up()) << w.log();
+  ForwarderOptions o;
+  o.worker = w.ep();
+  Forwarder f(o, secret);
+  ASSERT_TRUE(f.start().is_ok());
+  ASSERT_TRUE(f.wait_until_up(Millis(10000)));
+  auto fd = connect_tcp({"127.0.0.1", f.port()}, deadline_in(Millis(5000)));
+  ASSERT_TRUE(fd.is_ok());
+  const double forwarded = median_round_trip_us(fd->get(), 2000);
+  ASSERT_GT(direct, 0);
+  ASSERT_GT(forwarded, 0);
+  std::printf("median RPC round trip (2000 x GET_ALIGNMENT): direct %.1f us, forwarder + worker %.1f us (+%.1f us)\n",
+              direct, forwarded, forwarded - direct);
 }
 
 }  // namespace
