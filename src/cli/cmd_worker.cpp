@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <map>
 
 #include "cli/commands.h"
 #include "common/units.h"
@@ -87,16 +88,25 @@ void add_cache(CLI::App* worker) {
   static std::vector<std::string> models;
   auto* list = cache->add_subcommand("list", "List the cache's entries, least recently used first");
   list->add_option("--cache-dir", dir, "The worker's --cache-dir")->required();
+  list->add_option("-m,--model", models, "Show which entries belong to this model (repeatable)");
   list->callback([] {
     auto entries = worker::list_cache(dir);
     if (!entries.is_ok()) fail(entries.status().message());
+    std::map<std::string, std::string> owner;  // entry -> model file
+    for (const auto& m : models) {
+      auto names = worker::model_cache_names(m);
+      if (!names.is_ok()) fail(names.status().message());
+      for (const auto& n : names.value()) owner.emplace(n, m);
+    }
     uint64_t total = 0;
     for (const auto& e : entries.value()) {
       char when[32];
       tm t{};
       ::gmtime_r(&e.last_used, &t);
       std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", &t);
-      std::printf("%s  %10s  %s\n", e.name.c_str(), format_bytes(e.bytes).c_str(), when);
+      const auto it = owner.find(e.name);
+      const std::string whose = models.empty() ? "" : it == owner.end() ? "  (no given model)" : "  " + it->second;
+      std::printf("%s  %10s  %s%s\n", e.name.c_str(), format_bytes(e.bytes).c_str(), when, whose.c_str());
       total += e.bytes;
     }
     std::printf("%zu entries, %s\n", entries->size(), format_bytes(total).c_str());

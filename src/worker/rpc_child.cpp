@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -146,7 +147,12 @@ void RpcChild::stop() {
 
 pid_t RpcChild::spawn() {
   // Everything the child needs is built before fork: only async-signal-safe calls after it.
-  const std::string exe = options_.executable.empty() ? "/proc/self/exe" : options_.executable;
+  std::string exe = options_.executable;
+  if (exe.empty()) {  // the real path, so that ps shows "tandem worker rpc-server"
+    std::error_code ec;
+    exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (ec) exe = "/proc/self/exe";
+  }
   std::vector<std::string> args = {exe, "worker", "rpc-server", "--endpoint", "127.0.0.1:" + std::to_string(port_),
                                    "--threads", std::to_string(options_.threads)};
   for (const auto& d : options_.devices) args.insert(args.end(), {"--device", d});
