@@ -60,13 +60,8 @@ void Forwarder::stop() {
   cut_sessions();
   if (accept_thread_.joinable()) accept_thread_.join();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
-  std::vector<std::thread> threads;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    threads.swap(session_threads_);
-  }
-  cut_sessions();
-  for (auto& t : threads) t.join();
+  cut_sessions();  // again: the accept thread may have added one before it saw the stop
+  sessions_.join_all();
   state_ = LinkState::stopped;
   listener_.reset();
   for (int& fd : wake_) {
@@ -130,9 +125,11 @@ void Forwarder::accept_loop() {
     if (fd < 0) continue;
     tune_socket(fd);
     ++connections_;
-    std::lock_guard<std::mutex> lock(mutex_);
-    session_fds_.insert(fd);
-    session_threads_.emplace_back(&Forwarder::serve_local, this, fd);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      session_fds_.insert(fd);
+    }
+    sessions_.spawn([this, fd] { serve_local(fd); });
   }
 }
 

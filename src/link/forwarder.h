@@ -23,6 +23,7 @@
 #include "link/protocol.h"
 #include "link/secret.h"
 #include "link/socket.h"
+#include "link/thread_set.h"
 
 namespace tandem::link {
 
@@ -103,9 +104,9 @@ class Forwarder {
   std::condition_variable changed_;  // state_ or stopping_ changed
   // guarded by mutex_
   std::set<int> session_fds_;  // sockets of live sessions (local and remote), shut down on cut
-  std::vector<std::thread> session_threads_;
   std::string worker_name_, last_error_;
 
+  ThreadSet sessions_;  // one per local connection
   std::thread accept_thread_, heartbeat_thread_;
 };
 

@@ -71,14 +71,12 @@ void Worker::stop() {
     (void)!::write(wake_[1], &c, 1);
   }
   if (accept_thread_.joinable()) accept_thread_.join();
-  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int fd : live_fds_) ::shutdown(fd, SHUT_RDWR);
-    threads.swap(threads_);
     rpc_free_.notify_all();
   }
-  for (auto& t : threads) t.join();
+  connections_.join_all();
   child_.stop();
   listener_.reset();
   for (int& fd : wake_) {
@@ -96,9 +94,11 @@ void Worker::accept_loop() {
     const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     link::tune_socket(fd);
-    std::lock_guard<std::mutex> lock(mutex_);
-    live_fds_.insert(fd);
-    threads_.emplace_back(&Worker::serve, this, fd);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      live_fds_.insert(fd);
+    }
+    connections_.spawn([this, fd] { serve(fd); });
   }
 }
 
@@ -174,6 +174,7 @@ std::string Worker::serve_rpc(int fd, const link::PeerInfo& peer) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     live_fds_.insert(child->get());
+    if (stopping_) ::shutdown(child->get(), SHUT_RDWR);  // stop() swept live_fds_ before we got here
   }
   const uint64_t in0 = bytes_from_head_, out0 = bytes_to_head_;
   const auto t0 = std::chrono::steady_clock::now();

@@ -26,6 +26,7 @@
 #include "link/protocol.h"
 #include "link/secret.h"
 #include "link/socket.h"
+#include "link/thread_set.h"
 #include "worker/rpc_child.h"
 
 namespace tandem::worker {
@@ -80,6 +81,7 @@ class Worker {
   uint16_t port_ = 0;
   int wake_[2] = {-1, -1};
   std::thread accept_thread_;
+  link::ThreadSet connections_;  // one per accepted connection
 
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> bytes_from_head_{0}, bytes_to_head_{0};
@@ -93,7 +95,6 @@ class Worker {
   std::string head_name_, head_address_, head_since_;
   std::set<int> live_fds_;
   std::vector<std::shared_ptr<Control>> controls_;
-  std::vector<std::thread> threads_;
   std::string last_event_;
 };
 

@@ -37,7 +37,9 @@ std::string write_big_model(const ScratchDir& dir) {
 // Bytes of the tensors a worker holding layer 1 and the output head receives.
 uint64_t worker_share(const std::string& model) {
   uint64_t bytes = 0;
-  for (const auto& t : plan::read_model_info(model).value().tensors) {
+  const auto info = plan::read_model_info(model);
+  EXPECT_TRUE(info.is_ok());
+  for (const auto& t : info.value().tensors) {
     if (t.layer == 1 || t.name.rfind("output", 0) == 0) bytes += t.bytes;
   }
   return bytes;
