@@ -53,6 +53,21 @@ TEST(Forwarder, SplicesRawGgmlRpcToTheWorkersServer) {
   EXPECT_GE(s.heartbeat.samples, 0u);
 }
 
+TEST(Forwarder, SplicesToANonIsolatedRpcServerToo) {
+  ScratchDir dir;
+  const Secret secret = make_secret(dir.file("cluster.key"));
+  WorkerProcess w(dir, "box-b", dir.file("cluster.key"), {"--no-private-netns"});
+  ASSERT_TRUE(w.up()) << w.log();
+  ForwarderOptions o;
+  o.worker = w.ep();
+  Forwarder f(o, secret);
+  ASSERT_TRUE(f.start().is_ok());
+  ASSERT_TRUE(f.wait_until_up(Millis(10000)));
+  auto local = connect_tcp({"127.0.0.1", f.port()}, deadline_in(Millis(5000)));
+  ASSERT_TRUE(local.is_ok());
+  EXPECT_TRUE(ggml_hello_round_trip(local->get())) << w.log();
+}
+
 TEST(Forwarder, AStalledWorkerIsCutWithinTheDeadline) {
   ScratchDir dir;
   const Secret secret = make_secret(dir.file("cluster.key"));
