@@ -172,6 +172,21 @@ TEST(Worker, WithoutAPrivateNamespaceItSaysSoPlainly) {
   EXPECT_NE(st.value()["rpc_server"]["isolation"].get<std::string>().find("open to every user of this host"), std::string::npos);
 }
 
+TEST(Worker, WhereTheHostForbidsANamespaceItSaysWhy) {
+  // Without CAP_SYS_ADMIN (dropped from the bounding set), unshare(CLONE_NEWNET) fails.
+  if (::access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "setpriv is not installed";
+  ScratchDir dir;
+  const link::Secret secret = make_secret(dir.file("cluster.key"));
+  WorkerProcess w(dir, "box-b", dir.file("cluster.key"), {}, {"/usr/bin/setpriv", "--bounding-set", "-sys_admin"});
+  ASSERT_TRUE(w.up()) << w.log();
+  EXPECT_TRUE(w.wait_log("NOT isolated: could not create a private network namespace (unshare(CLONE_NEWNET): "
+                         "Operation not permitted)")) << w.log();
+  auto st = status_of(w, secret);
+  ASSERT_TRUE(st.is_ok()) << st.status().message();
+  EXPECT_EQ(st.value()["rpc_server"]["isolated"], false);
+  EXPECT_EQ(st.value()["rpc_server"]["state"], "running");
+}
+
 TEST(Worker, SigtermStopsItCleanly) {
   ScratchDir dir;
   make_secret(dir.file("cluster.key"));
