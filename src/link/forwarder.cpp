@@ -13,6 +13,22 @@
 
 namespace tandem::link {
 
+namespace {
+
+// Records the round trip of a heartbeat answer; false for any other line (an event).
+bool record_pong(const nlohmann::json& j, Clock::time_point now, std::map<uint64_t, Clock::time_point>& in_flight,
+                 LatencyStats& rtt) {
+  if (!j.contains("id") || !j["id"].is_number_unsigned()) return false;
+  auto it = in_flight.find(j["id"].get<uint64_t>());
+  if (it != in_flight.end()) {
+    rtt.record(std::chrono::duration<double, std::milli>(now - it->second).count());
+    in_flight.erase(it);
+  }
+  return true;
+}
+
+}  // namespace
+
 const char* link_state_name(LinkState s) {
   switch (s) {
     case LinkState::connecting: return "connecting";
@@ -155,15 +171,13 @@ void Forwarder::serve_local(int local_fd) {
     forget();
     return;
   }
-  auto r = connect_tcp(options_.worker, deadline_in(options_.handshake.step_timeout));
-  Result<PeerInfo> peer = r.is_ok() ? client_handshake(r->get(), secret_, Role::rpc, options_.handshake, context())
-                                    : Result<PeerInfo>(r.status().with_context(context()));
-  if (!peer.is_ok()) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    last_error_ = peer.status().message();
-  }
-  if (!peer.is_ok()) {
-    log("rpc connection failed: " + peer.status().message());
+  auto r = dial_worker(Role::rpc);
+  if (!r.is_ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last_error_ = r.status().message();
+    }
+    log("rpc connection failed: " + r.status().message());
     forget();
     return;
   }
@@ -171,7 +185,6 @@ void Forwarder::serve_local(int local_fd) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     session_fds_.insert(remote.get());
-    worker_name_ = peer->name;
   }
   if (stopping_ || state_ == LinkState::lost) ::shutdown(remote.get(), SHUT_RDWR);  // cut while we dialled
   log("rpc session to " + context() + " opened");
@@ -200,16 +213,20 @@ void Forwarder::heartbeat_loop() {
   }
 }
 
-Status Forwarder::heartbeat_session() {
-  auto r = connect_tcp(options_.worker, deadline_in(options_.handshake.step_timeout));
-  if (!r.is_ok()) return r.status().with_context(context());
-  Fd fd = std::move(r.value());
-  auto peer = client_handshake(fd.get(), secret_, Role::control, options_.handshake, context());
+Result<Fd> Forwarder::dial_worker(Role role) {
+  auto fd = connect_tcp(options_.worker, deadline_in(options_.handshake.step_timeout));
+  if (!fd.is_ok()) return fd.status().with_context(context());
+  auto peer = client_handshake(fd->get(), secret_, role, options_.handshake, context());
   if (!peer.is_ok()) return peer.status();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    worker_name_ = peer->name;
-  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  worker_name_ = peer->name;
+  return std::move(fd.value());
+}
+
+Status Forwarder::heartbeat_session() {
+  auto r = dial_worker(Role::control);
+  if (!r.is_ok()) return r.status();
+  Fd fd = std::move(r.value());
   set_state(LinkState::up, "");
   LineReader reader(fd.get());
   uint64_t next_id = 1;
@@ -239,16 +256,7 @@ Status Forwarder::heartbeat_session() {
     auto line = reader.read_json(deadline_in(options_.heartbeat_deadline));
     if (!line.is_ok()) return line.status().with_context(context());
     last_seen = Clock::now();
-    const nlohmann::json& j = line.value();
-    if (j.contains("id") && j["id"].is_number_unsigned()) {
-      auto it = in_flight.find(j["id"].get<uint64_t>());
-      if (it != in_flight.end()) {
-        heartbeat_rtt_.record(std::chrono::duration<double, std::milli>(last_seen - it->second).count());
-        in_flight.erase(it);
-      }
-    } else if (j.contains("event") && j["event"].is_string() && j["event"] != "heartbeat") {
-      log("event from " + context() + ": " + j.dump());
-    }
+    if (!record_pong(line.value(), last_seen, in_flight, heartbeat_rtt_)) log("event from " + context() + ": " + line->dump());
   }
   return Status::cancelled("stopped");
 }
