@@ -20,6 +20,8 @@
 namespace tandem::worker {
 namespace {
 
+constexpr int kMaxHandshakes = 64;
+
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   tm tm{};
@@ -93,6 +95,15 @@ void Worker::accept_loop() {
     if (!(p[0].revents & POLLIN)) continue;
     const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
+    // Unauthenticated peers cost a thread each for up to three handshake deadlines: bound them.
+    if (handshaking_.load() >= kMaxHandshakes) {
+      ++refused_;
+      link::log_line("connection from " + link::peer_address(fd) + ": role ?: refused: " +
+                     std::to_string(kMaxHandshakes) + " handshakes already in progress");
+      ::close(fd);
+      continue;
+    }
+    ++handshaking_;
     link::tune_socket(fd);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -107,6 +118,7 @@ void Worker::serve(int raw_fd) {
   link::PeerInfo seen;
   auto peer = link::server_handshake(fd.get(), secret_, options_.handshake, [&](const link::PeerInfo& p) { return admit(p, fd.get()); },
                                      &seen);
+  --handshaking_;
   const std::string who = "connection from " + seen.address + ": role " +
                           (seen.role_known ? link::role_name(seen.role) : "?") +
                           (seen.name.empty() ? "" : ", peer '" + seen.name + "'");

@@ -86,6 +86,7 @@ class Worker {
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> bytes_from_head_{0}, bytes_to_head_{0};
   std::atomic<uint64_t> accepted_{0}, refused_{0};
+  std::atomic<int> handshaking_{0};  // connections still in the handshake
 
   mutable std::mutex mutex_;
   std::condition_variable rpc_free_;
