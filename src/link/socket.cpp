@@ -117,6 +117,10 @@ void tune_socket(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  // Data unacknowledged for 30 s ends the connection: keepalive alone does not cover a peer that
+  // vanished while we were sending.
+  const unsigned user_timeout_ms = 30000;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
 }
 
 Result<Fd> connect_tcp(const Endpoint& ep, Deadline deadline) {
