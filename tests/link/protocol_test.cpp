@@ -72,3 +72,33 @@ TEST(Protocol, FrameHeadersSayWhatTheBytesLookLike) {
 
 }  // namespace
 }  // namespace tandem::link
+
+namespace tandem::link {
+namespace {
+
+// Whatever the bytes, the parsers answer with a value or an error: never a crash or an assert.
+TEST(Protocol, RandomBytesNeverCrashTheParsers) {
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return static_cast<uint8_t>(x);
+  };
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<uint8_t> body(next() % 200 + (i % 3 == 0 ? kChallengeBody - 100 : 0));
+    for (auto& b : body) b = next();
+    if (i % 2 == 0 && body.size() >= 2) body[0] = 0, body[1] = 1;  // valid version: parse the rest
+    (void)parse_hello(body);
+    (void)parse_challenge(body);
+    (void)parse_proof(body);
+    (void)parse_verdict(body);
+    uint8_t h[kFrameHeaderSize];
+    for (auto& b : h) b = next();
+    (void)parse_frame_header(h);
+  }
+  SUCCEED();
+}
+
+}  // namespace
+}  // namespace tandem::link
