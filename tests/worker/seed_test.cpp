@@ -63,7 +63,15 @@ uint64_t load_through_link(const ScratchDir& dir, const std::string& model, cons
   lo.placement.device_layers = {1};
   auto m = engine::load_model(lo);
   EXPECT_TRUE(m.is_ok()) << m.status().message();
-  const uint64_t sent = f.stats().bytes_to_worker;
+  // ggml's RPC client sends SET_TENSOR without waiting for an answer, so the load can return while
+  // the last tensor is still on its way: count once the counter has settled (bounded wait).
+  uint64_t sent = f.stats().bytes_to_worker;
+  for (int stable = 0, i = 0; stable < 20 && i < 400; ++i) {  // settled: unchanged for 1 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const uint64_t now = f.stats().bytes_to_worker;
+    stable = now == sent ? stable + 1 : 0;
+    sent = now;
+  }
   return sent;
 }
 
