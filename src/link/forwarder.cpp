@@ -94,7 +94,7 @@ ForwarderStats Forwarder::stats() const {
   s.connections = connections_.load();
   s.heartbeat = heartbeat_rtt_.snapshot();
   std::lock_guard<std::mutex> lock(mutex_);
-  s.active = session_fds_.size() / 2;
+  s.active = static_cast<uint64_t>(rpc_active_);
   s.worker_name = worker_name_;
   s.last_error = last_error_;
   return s;
@@ -152,10 +152,13 @@ void Forwarder::accept_loop() {
 void Forwarder::serve_local(int local_fd) {
   Fd local(local_fd);
   Fd remote;
+  bool counted = false;  // holds one of rpc_active_
   auto forget = [&] {
     std::lock_guard<std::mutex> lock(mutex_);
     session_fds_.erase(local.get());
     if (remote.valid()) session_fds_.erase(remote.get());
+    if (counted) --rpc_active_;
+    changed_.notify_all();
   };
   // Dial only once the client speaks: a connect-and-close probe (llama.cpp's loader and ours do
   // that) must not occupy the worker, which serves one head connection at a time.
@@ -170,6 +173,15 @@ void Forwarder::serve_local(int local_fd) {
     log("local connection refused: the link to " + context() + " is lost");
     forget();
     return;
+  }
+  // The worker serves one rpc connection at a time, and ggml's client opens its connections one
+  // after another: wait for our previous session to finish closing, or the worker could see the
+  // new one while the old one still holds its slot.
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait_for(lock, options_.handshake.step_timeout, [&] { return rpc_active_ == 0 || stopping_; });
+    ++rpc_active_;
+    counted = true;
   }
   auto r = dial_worker(Role::rpc);
   if (!r.is_ok()) {

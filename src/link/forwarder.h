@@ -105,6 +105,7 @@ class Forwarder {
   std::condition_variable changed_;  // state_ or stopping_ changed
   // guarded by mutex_
   std::set<int> session_fds_;  // sockets of live sessions (local and remote), shut down on cut
+  int rpc_active_ = 0;         // sessions dialling or spliced (changed_ signals decrements)
   std::string worker_name_, last_error_;
 
   ThreadSet sessions_;  // one per local connection
