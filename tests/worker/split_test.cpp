@@ -3,6 +3,8 @@
 // stock llama-server pointed at a forwarder behaves as if pointed at ggml-rpc-server.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -85,6 +87,28 @@ TEST_F(Split, TwoWorkersThroughForwardersGiveTheTokensOfOneProcess) {
   auto through = generate(split);
   ASSERT_TRUE(through.is_ok()) << through.status().to_string();
   EXPECT_EQ(through->tokens, reference_);
+}
+
+// The same through the command line: `tandem link forward` in front of the worker, and
+// `tandem engine --rpc` pointed at it.
+TEST_F(Split, CommandLineForwarderServesTandemEngine) {
+  make_secret(dir_.file("cluster.key"));
+  WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
+  ASSERT_TRUE(w.up()) << w.log();
+  const int port = free_port();
+  ChildProcess fwd({TANDEM_BINARY, "link", "forward", "--to", w.endpoint(), "--listen", "127.0.0.1:" + std::to_string(port),
+                    "--secret-file", dir_.file("cluster.key")},
+                   dir_.file("forward.log"));
+  ASSERT_TRUE(wait_for_port(port, 10000));
+  auto r = run_tandem("engine -m " + model_ + " -p 'Two desktop boxes joined by one cable' -n 16 -c 128 -t 2 --ignore-eos "
+                      "--json --no-cpu-repack --rpc 127.0.0.1:" + std::to_string(port) + " --cpu-layers 1 --layer-split 3",
+                      dir_.file(""));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), reference_);
+  ASSERT_TRUE(fwd.signal(SIGTERM));
+  EXPECT_EQ(fwd.wait(10000), 0);
 }
 
 // Runs a stock llama-server with every layer on `rpc` and returns /completion's text for a greedy
