@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,8 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::stri
       ::dup2(fd, 2);
     }
     ::setpgid(0, 0);
+    // A test that aborts (ggml's RPC client does, on a dead peer) must not leave its servers behind.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);

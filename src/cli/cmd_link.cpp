@@ -1,0 +1,84 @@
+#include <signal.h>
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "common/units.h"
+#include "link/control.h"
+#include "link/forwarder.h"
+#include "link/log.h"
+
+namespace tandem::cli {
+
+namespace {
+
+link::Endpoint endpoint_or_fail(const std::string& text, const char* flag, bool allow_zero = false) {
+  auto ep = link::parse_endpoint(text, allow_zero);
+  if (!ep.is_ok()) fail(std::string(flag) + ": " + ep.status().message(), 2);
+  return ep.value();
+}
+
+link::Secret secret_or_fail(const std::string& path) {
+  auto s = link::load_secret(path);
+  if (!s.is_ok()) fail(s.status().message());
+  return s.value();
+}
+
+void run_forward(const std::string& to, const std::string& listen, const std::string& secret_file, int deadline_ms) {
+  link::ForwarderOptions o;
+  o.worker = endpoint_or_fail(to, "--to");
+  o.listen = endpoint_or_fail(listen, "--listen", true);
+  if (!link::is_loopback_host(o.listen.host)) {
+    std::fprintf(stderr, "tandem: WARNING: --listen %s is not loopback: anyone who can reach it gets raw, "
+                         "unauthenticated ggml RPC access to the worker\n", listen.c_str());
+  }
+  o.heartbeat_deadline = link::Millis(deadline_ms);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  link::Forwarder f(o, secret_or_fail(secret_file));
+  f.on_log([](const std::string& line) { link::log_line("forward: " + line); });
+  if (Status s = f.start(); !s.is_ok()) fail(s.message());
+  link::log_line("forward: listening on " + link::Endpoint{o.listen.host, f.port()}.to_string() + " for worker " +
+                 o.worker.to_string());
+  int sig = 0;
+  ::sigwait(&set, &sig);
+  const auto st = f.stats();
+  f.stop();
+  link::log_line("forward: stopped; " + format_bytes(st.bytes_to_worker) + " to the worker, " +
+                 format_bytes(st.bytes_from_worker) + " from it");
+}
+
+void register_link(CLI::App& app) {
+  auto* cmd = app.add_subcommand("link", "The authenticated cluster link, head side");
+  cmd->require_subcommand(1);
+  auto* fwd = cmd->add_subcommand("forward", "Listen on loopback and forward ggml RPC connections to a worker through the link");
+  static std::string to, listen = "127.0.0.1:0", secret_file;
+  static int deadline_ms = 5000;
+  fwd->add_option("--to", to, "The worker's address, HOST:PORT")->required();
+  fwd->add_option("--listen", listen, "Local address for the engine's RPC client (port 0: any free one)")->capture_default_str();
+  fwd->add_option("--secret-file", secret_file, "The cluster secret")->required();
+  fwd->add_option("--heartbeat-deadline-ms", deadline_ms, "Cut the link when the worker is silent this long")
+      ->capture_default_str()->check(CLI::Range(100, 600000));
+  fwd->callback([] { run_forward(to, listen, secret_file, deadline_ms); });
+
+  auto* status = cmd->add_subcommand("status", "Ask a worker for its status over the control channel (JSON)");
+  static std::string sto, ssecret;
+  status->add_option("--to", sto, "The worker's address, HOST:PORT")->required();
+  status->add_option("--secret-file", ssecret, "The cluster secret")->required();
+  status->callback([] {
+    auto r = link::control_request(endpoint_or_fail(sto, "--to"), secret_or_fail(ssecret), "status",
+                                   link::default_handshake_options());
+    if (!r.is_ok()) fail(r.status().message());
+    std::printf("%s\n", r->dump(2).c_str());
+  });
+}
+
+}  // namespace
+
+TANDEM_COMMAND(70, register_link);
+
+}  // namespace tandem::cli

@@ -1,0 +1,147 @@
+// The cluster link protocol, version 1: the handshake that every connection between a head and a
+// worker starts with. docs/protocol.md is the prose version of this header.
+//
+// Every handshake message is a frame: an 8-byte header (magic "TNDM", type u8, flags u8 = 0,
+// body length u16 big-endian) and a body whose size is fixed per type (the verdict's text has an
+// explicit length). One parse function per message validates it completely; nothing else reads
+// wire bytes. The header layout, the first field of HELLO (the version) and the VERDICT message
+// are frozen across protocol versions, so that peers of different versions can always tell each
+// other what is wrong.
+//
+//   client                                   server (worker)
+//   HELLO      version, role, nonce_c, llama commit, name  ->
+//           <- CHALLENGE  version, nonce_s, llama commit, name, mac_s
+//   PROOF      mac_c                                        ->
+//           <- VERDICT    code, text
+//
+//   mac_s = HMAC-SHA256(secret, "tandem-link/1 server" 0x00 | HELLO frame | CHALLENGE frame without mac_s)
+//   mac_c = HMAC-SHA256(secret, "tandem-link/1 client" 0x00 | HELLO frame | CHALLENGE frame)
+//
+// After VERDICT ok, an `rpc` connection carries ggml RPC bytes unchanged, a `control`
+// connection JSON lines (see control.h).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "link/secret.h"
+
+namespace tandem::link {
+
+constexpr uint16_t kProtocolVersion = 1;
+constexpr size_t kFrameHeaderSize = 8;
+constexpr size_t kMaxFrameBody = 1024;
+constexpr size_t kNonceSize = 32;
+constexpr size_t kMacSize = 32;
+constexpr size_t kCommitField = 40;  // a git commit in hex
+constexpr size_t kNameField = 32;    // a node name, UTF-8, zero-padded
+constexpr size_t kHelloBody = 2 + 1 + 1 + kNonceSize + kCommitField + kNameField;                  // 108
+constexpr size_t kChallengeBody = 2 + 2 + kNonceSize + kCommitField + kNameField + kMacSize;      // 140
+constexpr size_t kProofBody = kMacSize;                                                            // 32
+constexpr size_t kMaxVerdictText = 1000;
+
+enum class MsgType : uint8_t { hello = 1, challenge = 2, proof = 3, verdict = 4 };
+enum class Role : uint8_t { rpc = 1, control = 2 };
+const char* role_name(Role role);
+
+// Frozen across versions (see above): new codes may be added, none renumbered.
+enum class VerdictCode : uint8_t {
+  ok = 0,
+  version_mismatch = 1,
+  commit_mismatch = 2,
+  wrong_secret = 3,
+  busy = 4,        // the worker serves another head
+  bad_request = 5, // a malformed message or an unknown role
+  unavailable = 6, // the worker cannot serve the role now (e.g. its RPC server is down)
+};
+
+struct Hello {
+  uint16_t version = kProtocolVersion;
+  Role role = Role::rpc;
+  std::array<uint8_t, kNonceSize> nonce{};
+  std::string llama_commit;
+  std::string name;
+};
+
+struct Challenge {
+  uint16_t version = kProtocolVersion;
+  std::array<uint8_t, kNonceSize> nonce{};
+  std::string llama_commit;
+  std::string name;
+  std::vector<uint8_t> mac;  // kMacSize bytes
+};
+
+struct Verdict {
+  VerdictCode code = VerdictCode::ok;
+  std::string text;
+};
+
+// Encoders: a whole frame (header + body). Strings longer than their field are cut.
+std::vector<uint8_t> encode_hello(const Hello& m);
+std::vector<uint8_t> encode_challenge(const Challenge& m);  // mac must be kMacSize bytes
+std::vector<uint8_t> encode_proof(const std::vector<uint8_t>& mac);
+std::vector<uint8_t> encode_verdict(const Verdict& m);
+
+struct FrameHeader {
+  MsgType type;
+  uint16_t length;
+};
+
+// Validates a frame header: magic, flags, a known type and a body no longer than kMaxFrameBody.
+// The error says what the bytes look like (e.g. a raw ggml RPC HELLO).
+Result<FrameHeader> parse_frame_header(const uint8_t (&bytes)[kFrameHeaderSize]);
+
+// Validation functions, one per message: the exact body size, reserved fields zero, known enums,
+// printable strings. The HELLO parser accepts any version (the caller answers a mismatch with a
+// verdict) but then reads nothing past the version field.
+Result<Hello> parse_hello(const std::vector<uint8_t>& body);
+Result<Challenge> parse_challenge(const std::vector<uint8_t>& body);
+Result<std::vector<uint8_t>> parse_proof(const std::vector<uint8_t>& body);
+Result<Verdict> parse_verdict(const std::vector<uint8_t>& body);
+
+std::vector<uint8_t> server_mac(const Secret& secret, const std::vector<uint8_t>& hello_frame,
+                                const std::vector<uint8_t>& challenge_frame_without_mac);
+std::vector<uint8_t> client_mac(const Secret& secret, const std::vector<uint8_t>& hello_frame,
+                                const std::vector<uint8_t>& challenge_frame);
+
+struct HandshakeOptions {
+  std::string name;          // this node's name, sent to the peer (hostname by default)
+  std::string llama_commit;  // this build's llama.cpp commit
+  std::chrono::milliseconds step_timeout{5000};  // deadline of every handshake step
+};
+
+// Defaults: the hostname and the compiled-in llama.cpp commit.
+HandshakeOptions default_handshake_options();
+
+struct PeerInfo {
+  std::string name;
+  std::string llama_commit;
+  std::string address;  // "ip:port"
+  Role role = Role::rpc;
+  bool role_known = false;  // false until a valid HELLO was read
+};
+
+// Client side on a connected socket. On success the connection is ready for `role`'s traffic.
+// Errors are unavailable (network, deadline) or invalid_argument (rejected: wrong secret,
+// version or commit mismatch, busy, ...) with the worker's own words where it sent them.
+// `context` (e.g. "worker box-b (10.0.0.2:7070)") prefixes every message.
+Result<PeerInfo> client_handshake(int fd, const Secret& secret, Role role, const HandshakeOptions& options,
+                                  const std::string& context);
+
+// Decides, after the peer has proved that it holds the secret, whether to admit it: returns ok,
+// or the verdict to refuse it with (e.g. busy, naming the head already connected).
+using AdmitFn = std::function<Verdict(const PeerInfo&)>;
+
+// Server side on an accepted socket. Ok means the verdict ok was sent and the connection is ready.
+// An error's message is the outcome for the log line ("wrong cluster secret", "no handshake within
+// 5000 ms", ...); the peer got a verdict where that is safe and useful. `seen` (optional)
+// receives what the peer claimed in its HELLO (unauthenticated unless the result is ok), for logs.
+Result<PeerInfo> server_handshake(int fd, const Secret& secret, const HandshakeOptions& options, const AdmitFn& admit,
+                                  PeerInfo* seen = nullptr);
+
+}  // namespace tandem::link

@@ -1,0 +1,19 @@
+// The byte splice of an `rpc` connection: copies both ways between two connected sockets until
+// either side closes or fails, counting bytes.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace tandem::link {
+
+// Blocks until both directions have ended; either side closing (or an error) ends both: the
+// sockets are shut down, not closed (the caller owns them). To cut a splice from another thread,
+// call ::shutdown(fd, SHUT_RDWR) on either socket. Counters (may be null) are added to as bytes
+// are written. Uses one extra thread for the second direction.
+//
+// The reads wait without a deadline on purpose: an RPC session may sit idle for hours. Liveness
+// is the heartbeat's job (forwarder.h) and TCP keepalive's on the worker (socket.h).
+void splice(int a, int b, std::atomic<uint64_t>* a_to_b, std::atomic<uint64_t>* b_to_a);
+
+}  // namespace tandem::link

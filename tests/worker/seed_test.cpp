@@ -1,0 +1,148 @@
+// The weight cache: seeding from the worker's own model makes a load send almost nothing.
+#include "worker/cache.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <utime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "engine/model_loader.h"
+#include "link/forwarder.h"
+#include "plan/model_info.h"
+#include "synth/presets.h"
+#include "synth/writer.h"
+#include "worker_env.h"
+
+namespace tandem::worker {
+namespace {
+
+using namespace tandem::testing;
+
+// qwen3moe, 2 layers, hidden 1024, 8 experts of 4096 in Q8_0: each expert tensor is ~17 MiB,
+// above ggml's 10 MiB hash threshold; attention and norms (below it) are <1% of a layer.
+std::string write_big_model(const ScratchDir& dir) {
+  synth::ModelSpec spec = synth::preset("tiny-qwen3moe").value();
+  spec.n_embd = 1024;
+  spec.n_ff_exp = 4096;
+  spec.n_expert = 8;
+  spec.type = 8;  // GGML_TYPE_Q8_0
+  const std::string path = dir.file("big.gguf");
+  EXPECT_TRUE(synth::write_model(spec, path, {}).is_ok());
+  return path;
+}
+
+// Bytes of the tensors a worker holding layer 1 and the output head receives.
+uint64_t worker_share(const std::string& model) {
+  uint64_t bytes = 0;
+  const auto info = plan::read_model_info(model);
+  EXPECT_TRUE(info.is_ok());
+  for (const auto& t : info.value().tensors) {
+    if (t.layer == 1 || t.name.rfind("output", 0) == 0) bytes += t.bytes;
+  }
+  return bytes;
+}
+
+// Loads the model with layer 1 and the output head on the worker; returns the link bytes sent.
+uint64_t load_through_link(const ScratchDir& dir, const std::string& model, const std::string& cache_dir,
+                           const std::string& name) {
+  const link::Secret secret = link::load_secret(dir.file("cluster.key")).value();
+  WorkerProcess w(dir, name, dir.file("cluster.key"), {"--cache-dir", cache_dir});
+  EXPECT_TRUE(w.up()) << w.log();
+  link::ForwarderOptions o;
+  o.worker = w.ep();
+  link::Forwarder f(o, secret);
+  EXPECT_TRUE(f.start().is_ok());
+  EXPECT_TRUE(f.wait_until_up(link::Millis(10000)));
+  engine::LoadOptions lo;
+  lo.model = model;
+  lo.placement.rpc_servers = {"127.0.0.1:" + std::to_string(f.port())};
+  lo.placement.cpu_layers = 1;
+  lo.placement.device_layers = {1};
+  auto m = engine::load_model(lo);
+  EXPECT_TRUE(m.is_ok()) << m.status().message();
+  // ggml's RPC client sends SET_TENSOR without waiting for an answer, so the load can return while
+  // the last tensor is still on its way: count once the counter has settled (bounded wait).
+  uint64_t sent = f.stats().bytes_to_worker;
+  for (int stable = 0, i = 0; stable < 20 && i < 400; ++i) {  // settled: unchanged for 1 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const uint64_t now = f.stats().bytes_to_worker;
+    stable = now == sent ? stable + 1 : 0;
+    sent = now;
+  }
+  return sent;
+}
+
+TEST(Seed, ASeededCacheSendsUnderOnePercentOfTheWorkersShare) {
+  ScratchDir dir;
+  make_secret(dir.file("cluster.key"));
+  const std::string model = write_big_model(dir);
+  const uint64_t share = worker_share(model);
+
+  const uint64_t unseeded = load_through_link(dir, model, dir.file("cache-a"), "box-a");
+
+  auto seeded_run = run_tandem("worker seed -m " + model + " --cache-dir " + dir.file("cache-b") + " --layers 1-1",
+                               dir.file(""));
+  ASSERT_EQ(seeded_run.exit_code, 0) << seeded_run.err;
+  const uint64_t seeded = load_through_link(dir, model, dir.file("cache-b"), "box-b");
+
+  std::printf("worker share %llu bytes; link bytes unseeded %llu (%.2f%%), seeded %llu (%.3f%%)\n",
+              static_cast<unsigned long long>(share), static_cast<unsigned long long>(unseeded), 100.0 * unseeded / share,
+              static_cast<unsigned long long>(seeded), 100.0 * seeded / share);
+  EXPECT_GT(unseeded, share * 95 / 100);
+  EXPECT_LT(seeded, share / 100);
+  // The unseeded load made ggml fill cache-a itself (its last file may still have been in writing
+  // when the worker stopped): every file ggml named is one that seeding named the same way.
+  auto a = list_cache(dir.file("cache-a"));
+  auto b = list_cache(dir.file("cache-b"));
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_FALSE(a->empty());
+  for (const auto& e : a.value()) {
+    EXPECT_TRUE(std::any_of(b->begin(), b->end(), [&](const CacheEntry& s) { return s.name == e.name; })) << e.name;
+  }
+}
+
+TEST(Seed, PruneKeepsOnlyTheGivenModelsEntries) {
+  ScratchDir dir;
+  const std::string model = write_big_model(dir);
+  const std::string cache = dir.file("cache");
+  ASSERT_TRUE(seed_cache({model, cache, -1, -1}).is_ok());
+  const size_t entries = list_cache(cache)->size();
+  EXPECT_GT(entries, 3u);
+  write_file(cache + "/00000000deadbeef", "stale");
+  auto kept = prune_cache(cache, {model});
+  ASSERT_TRUE(kept.is_ok());
+  EXPECT_EQ(kept->entries, 1u);
+  EXPECT_EQ(list_cache(cache)->size(), entries);
+}
+
+TEST(Seed, TheCacheLimitEvictsLeastRecentlyUsedFirst) {
+  ScratchDir dir;
+  const std::string cache = dir.file("cache");
+  std::filesystem::create_directories(cache);
+  const char* names[] = {"000000000000000a", "000000000000000b", "000000000000000c"};
+  for (int i = 0; i < 3; ++i) {
+    const std::string p = cache + "/" + names[i];
+    write_file(p, std::string(1000, 'x'));
+    utimbuf t{1000000 + i * 1000, 1000000 + i * 1000};  // a is the oldest
+    ::utime(p.c_str(), &t);
+  }
+  auto removed = enforce_cache_limit(cache, 2500);
+  ASSERT_TRUE(removed.is_ok());
+  EXPECT_EQ(removed.value(), 1000u);
+  auto left = list_cache(cache);
+  ASSERT_EQ(left->size(), 2u);
+  EXPECT_EQ(left.value()[0].name, "000000000000000b");
+}
+
+TEST(Seed, HashIsGgmlsFnv1a) {
+  EXPECT_EQ(fnv1a("", 0), 0xcbf29ce484222325ULL);
+  EXPECT_EQ(fnv1a("a", 1), 0xaf63dc4c8601ec8cULL);
+  const uint64_t whole = fnv1a("hello world", 11);
+  EXPECT_EQ(fnv1a(" world", 6, fnv1a("hello", 5)), whole);
+}
+
+}  // namespace
+}  // namespace tandem::worker

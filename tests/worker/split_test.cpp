@@ -1,0 +1,160 @@
+// The correctness oracle through the link: greedy tokens of a model split between this process and
+// workers, reached through forwarders, equal the tokens of the same model in one process. And a
+// stock llama-server pointed at a forwarder behaves as if pointed at ggml-rpc-server.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common/build_info.h"
+#include "engine/generate.h"
+#include "link/forwarder.h"
+#include "synth/presets.h"
+#include "synth/writer.h"
+#include "worker_env.h"
+
+namespace tandem::engine {
+namespace {
+
+using namespace tandem::testing;
+
+GenerateOptions options(const std::string& model) {
+  GenerateOptions g;
+  g.model = model;
+  g.prompt = "Two desktop boxes joined by one cable";
+  g.n_predict = 16;
+  g.n_ctx = 128;
+  g.threads = 2;
+  g.ignore_eos = true;
+  return g;
+}
+
+std::unique_ptr<link::Forwarder> forward_to(const WorkerProcess& w, const link::Secret& secret) {
+  link::ForwarderOptions o;
+  o.worker = w.ep();
+  auto f = std::make_unique<link::Forwarder>(o, secret);
+  EXPECT_TRUE(f->start().is_ok());
+  EXPECT_TRUE(f->wait_until_up(link::Millis(10000)));
+  return f;
+}
+
+std::string local(const link::Forwarder& f) { return "127.0.0.1:" + std::to_string(f.port()); }
+
+class Split : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = dir_.file("tiny.gguf");
+    ASSERT_TRUE(synth::write_model(synth::preset("tiny").value(), model_, {}).is_ok());
+    GenerateOptions reference = options(model_);
+    reference.placement.cpu_weight_repack = false;  // the RPC server's CPU backend never repacks
+    auto alone = generate(reference);
+    ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+    reference_ = alone->tokens;
+  }
+  ScratchDir dir_;
+  std::string model_;
+  std::vector<int32_t> reference_;
+};
+
+TEST_F(Split, OneWorkerThroughAForwarderGivesTheTokensOfOneProcess) {
+  const link::Secret secret = make_secret(dir_.file("cluster.key"));
+  WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
+  ASSERT_TRUE(w.up()) << w.log();
+  auto f = forward_to(w, secret);
+  GenerateOptions split = options(model_);
+  split.placement.rpc_servers = {local(*f)};
+  split.placement.cpu_layers = 1;
+  split.placement.device_layers = {3};
+  auto through = generate(split);
+  ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
+  EXPECT_EQ(through->tokens, reference_);
+  EXPECT_GT(f->stats().bytes_to_worker, 1000000u);  // the weights went through the link
+}
+
+TEST_F(Split, TwoWorkersThroughForwardersGiveTheTokensOfOneProcess) {
+  const link::Secret secret = make_secret(dir_.file("cluster.key"));
+  WorkerProcess w1(dir_, "box-b", dir_.file("cluster.key"));
+  WorkerProcess w2(dir_, "box-c", dir_.file("cluster.key"));
+  ASSERT_TRUE(w1.up() && w2.up()) << w1.log() << w2.log();
+  auto f1 = forward_to(w1, secret);
+  auto f2 = forward_to(w2, secret);
+  GenerateOptions split = options(model_);
+  split.placement.rpc_servers = {local(*f1), local(*f2)};
+  split.placement.cpu_layers = 1;
+  split.placement.device_layers = {2, 1};
+  auto through = generate(split);
+  ASSERT_TRUE(through.is_ok()) << through.status().to_string();
+  EXPECT_EQ(through->tokens, reference_);
+}
+
+// The same through the command line: `tandem link forward` in front of the worker, and
+// `tandem engine --rpc` pointed at it.
+TEST_F(Split, CommandLineForwarderServesTandemEngine) {
+  make_secret(dir_.file("cluster.key"));
+  WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
+  ASSERT_TRUE(w.up()) << w.log();
+  const int port = free_port();
+  ChildProcess fwd({TANDEM_BINARY, "link", "forward", "--to", w.endpoint(), "--listen", "127.0.0.1:" + std::to_string(port),
+                    "--secret-file", dir_.file("cluster.key")},
+                   dir_.file("forward.log"));
+  ASSERT_TRUE(wait_for_port(port, 10000));
+  auto r = run_tandem("engine -m " + model_ + " -p 'Two desktop boxes joined by one cable' -n 16 -c 128 -t 2 --ignore-eos "
+                      "--json --no-cpu-repack --rpc 127.0.0.1:" + std::to_string(port) + " --cpu-layers 1 --layer-split 3",
+                      dir_.file(""));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), reference_);
+  ASSERT_TRUE(fwd.signal(SIGTERM));
+  EXPECT_EQ(fwd.wait(10000), 0);
+}
+
+// Runs a stock llama-server with every layer on `rpc` and returns /completion's text for a greedy
+// request ("" on failure).
+std::string llama_server_completion(const ScratchDir& dir, const std::string& model, const std::string& rpc,
+                                    const std::string& tag) {
+  const int port = free_port();
+  ChildProcess server({TANDEM_LLAMA_SERVER_EXE, "-m", model, "--rpc", rpc, "-ngl", "99", "-c", "256", "-t", "2",
+                       "--host", "127.0.0.1", "--port", std::to_string(port), "--no-warmup"},
+                      dir.file(tag + "-server.log"));
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  bool ready = false;
+  for (int i = 0; i < 300 && !ready && server.running(); ++i) {
+    ready = std::system(("curl -sf -o /dev/null " + url + "/health").c_str()) == 0;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (!ready) return "";
+  const std::string out = dir.file(tag + "-completion.json");
+  const std::string body = R"({"prompt": "Two desktop boxes joined by one cable", "n_predict": 12, "temperature": 0, "cache_prompt": false})";
+  const std::string cmd = "curl -sf -m 60 -H 'Content-Type: application/json' -d '" + body + "' " + url + "/completion -o " + out;
+  if (std::system(cmd.c_str()) != 0) return "";
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  return j.is_object() && j.contains("content") ? j["content"].get<std::string>() : "";
+}
+
+TEST_F(Split, StockLlamaServerThroughAForwarderMatchesADirectRpcServer) {
+  const int direct_port = free_port();
+  std::string direct;
+  {
+    ChildProcess rpc({TANDEM_LLAMA_RPC_SERVER_EXE, "-H", "127.0.0.1", "-p", std::to_string(direct_port), "-t", "1"},
+                     dir_.file("rpc.log"));
+    ASSERT_TRUE(wait_for_port(direct_port, 10000));
+    direct = llama_server_completion(dir_, model_, "127.0.0.1:" + std::to_string(direct_port), "direct");
+  }
+  ASSERT_FALSE(direct.empty());
+  const link::Secret secret = make_secret(dir_.file("cluster.key"));
+  WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
+  ASSERT_TRUE(w.up()) << w.log();
+  auto f = forward_to(w, secret);
+  const std::string through = llama_server_completion(dir_, model_, local(*f), "forwarded");
+  EXPECT_EQ(through, direct);
+  EXPECT_GT(f->stats().bytes_to_worker, 1000000u);
+}
+
+}  // namespace
+}  // namespace tandem::engine
