@@ -115,8 +115,9 @@ void Forwarder::set_state(LinkState s, const std::string& why) {
   if (old == s) return;
   log("link to " + context() + ": " + link_state_name(s) + (why.empty() ? "" : ": " + why));
   if (s == LinkState::lost) {
-    cut_sessions();
+    // The callback first: the owner records why before the cut sessions report their errors.
     if (old == LinkState::up && on_lost_) on_lost_(why);
+    cut_sessions();
   }
 }
 

@@ -1,0 +1,86 @@
+#include "gateway/engine_backend.h"
+
+namespace tandem::gateway {
+
+void EngineBackend::set_client(std::shared_ptr<engine::EngineClient> client) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (client) reason_ = std::make_shared<std::string>();  // a new engine has no failure yet
+  client_ = std::move(client);
+}
+
+void EngineBackend::set_failure_reason(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reason_ = std::make_shared<std::string>(why);
+}
+
+std::shared_ptr<engine::EngineClient> EngineBackend::client() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return client_;
+}
+
+GenerationEvent EngineBackend::convert(const engine::EngineEvent& e) {
+  GenerationEvent g;
+  switch (e.type) {
+    case engine::EngineEvent::Type::delta: {
+      g.type = GenerationEvent::Type::delta;
+      g.text = e.text;
+      g.reasoning = e.reasoning;
+      if (!e.tool_calls.empty()) {
+        g.tool_calls = nlohmann::json::array();
+        for (const auto& t : e.tool_calls) {
+          nlohmann::json call = {{"index", t.index}, {"type", "function"}, {"function", {{"arguments", t.arguments}}}};
+          if (!t.id.empty()) call["id"] = t.id;
+          if (!t.name.empty()) call["function"]["name"] = t.name;
+          g.tool_calls.push_back(call);
+        }
+      }
+      break;
+    }
+    case engine::EngineEvent::Type::done:
+      g.type = GenerationEvent::Type::done;
+      g.finish_reason = e.finish_reason;
+      g.prompt_tokens = static_cast<uint64_t>(e.usage.prompt_tokens);
+      g.completion_tokens = static_cast<uint64_t>(e.usage.completion_tokens);
+      break;
+    default: {
+      g.type = GenerationEvent::Type::error;
+      switch (e.code) {
+        case StatusCode::invalid_argument: g.error = Status::invalid_argument(e.message); break;
+        case StatusCode::resource_exhausted: g.error = Status::resource_exhausted(e.message); break;
+        case StatusCode::cancelled: g.error = Status::cancelled(e.message); break;
+        case StatusCode::internal: g.error = Status::internal(e.message); break;
+        default: g.error = Status::unavailable(e.message); break;
+      }
+    }
+  }
+  return g;
+}
+
+Status EngineBackend::submit(const GenerationRequest& request, EventSink sink) {
+  auto c = client();
+  if (!c || !c->connected()) return Status::unavailable("the engine is not running");
+  const auto kind = request.endpoint == Endpoint::chat ? engine::RequestKind::chat : engine::RequestKind::completion;
+  return c->submit(request.id, kind, request.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                   [this, sink](const engine::EngineEvent& e) {
+                     // A cancelled request ends like one that stopped: the client asked for it.
+                     if (e.type == engine::EngineEvent::Type::error && e.code == StatusCode::cancelled) {
+                       GenerationEvent done;
+                       done.type = GenerationEvent::Type::done;
+                       done.finish_reason = "stop";
+                       sink(done);
+                       return;
+                     }
+                     GenerationEvent g = convert(e);
+                     if (g.type == GenerationEvent::Type::error && g.error.code() == StatusCode::unavailable) {
+                       std::lock_guard<std::mutex> lock(mutex_);
+                       if (!reason_->empty()) g.error = Status::unavailable(*reason_ + " (" + g.error.message() + ")");
+                     }
+                     sink(g);
+                   });
+}
+
+void EngineBackend::cancel(const std::string& id) {
+  if (auto c = client()) c->cancel(id);
+}
+
+}  // namespace tandem::gateway

@@ -1,0 +1,33 @@
+// `tandem serve`: reads the configuration, asks every worker what it has, plans the placement,
+// starts the forwarders and the engine (Supervisor) and the HTTP API (ApiServer), and runs until
+// asked to stop, then drains.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "config/config.h"
+
+namespace tandem::gateway {
+
+struct ServeOptions {
+  config::Config config;             // the file's settings with command-line overrides applied
+  std::string model_id;              // "" = the model file's name without .gguf
+  bool insecure_no_auth = false;     // serve the API without keys (warned about in the log)
+  int canary_interval_s = 30;        // idle canary period
+  bool cuda_graphs = true;
+  int threads = 0;                   // engine CPU threads; 0 = all cores
+  int drain_timeout_s = 30;          // on stop: how long in-flight requests may finish
+  int max_in_flight = 64;            // generation requests admitted at once
+  std::string engine_program;        // "" = tandem-engine beside this program
+  std::vector<int> layers;           // layers per node (head first) instead of the planner's choice
+};
+
+// Serves until `stop` becomes true. Errors only for what cannot work at all: an unreadable model
+// or key database, a secret file that is refused, a placement that does not fit (the message says
+// what would), an address that cannot be bound. Workers that are down at start are waited for.
+Status run_serve(const ServeOptions& options, const std::atomic<bool>& stop);
+
+}  // namespace tandem::gateway

@@ -1,0 +1,372 @@
+#include "gateway/supervisor.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <future>
+
+namespace tandem::gateway {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kTick = std::chrono::milliseconds(100);
+constexpr auto kMaxBackoff = std::chrono::seconds(30);
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  return "ended";
+}
+
+}  // namespace
+
+Supervisor::Supervisor(SupervisorOptions options) : options_(std::move(options)) {}
+
+Supervisor::~Supervisor() { stop(); }
+
+void Supervisor::log(const std::string& line) {
+  if (options_.log) options_.log(line);
+}
+
+Status Supervisor::start() {
+  std::string dir = options_.runtime_dir;
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/tandem-serve-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return Status::internal(std::string("cannot create a runtime folder: ") + std::strerror(errno));
+    dir = tmpl;
+  }
+  socket_path_ = dir + "/engine.sock";
+  if (!options_.workers.empty() && !options_.secret) return Status::invalid_argument("workers need a cluster secret (--secret-file)");
+  for (const WorkerLink& w : options_.workers) {
+    link::ForwarderOptions fo;
+    fo.worker = w.address;
+    fo.heartbeat_deadline = options_.heartbeat_deadline;
+    fo.handshake.name = options_.head_name;
+    auto f = std::make_unique<link::Forwarder>(fo, *options_.secret);
+    const std::string where = w.name + " (" + w.address.to_string() + ")";
+    f->on_link_lost([this, where](const std::string& why) {
+      backend_.set_failure_reason("worker " + where + " lost: " + why);
+      log("worker " + where + ": link lost: " + why);
+    });
+    TANDEM_RETURN_IF_ERROR(f->start().with_context("worker " + w.name + " (" + w.address.to_string() + ")"));
+    forwarders_.push_back(std::move(f));
+  }
+  thread_ = std::thread([this] { loop(); });
+  return Status::ok();
+}
+
+void Supervisor::stop() {
+  if (stop_.exchange(true)) return;
+  if (thread_.joinable()) thread_.join();
+  int pid;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pid = engine_pid_;
+  }
+  if (pid > 0) {
+    ::kill(pid, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      if (::waitpid(pid, nullptr, WNOHANG) == pid) {
+        pid = -1;
+        break;
+      }
+      std::this_thread::sleep_for(kTick);
+    }
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  // With the engine gone its connection fails every open request, the canary's too.
+  if (canary_thread_.joinable()) canary_thread_.join();
+  backend_.set_client(nullptr);
+  for (auto& f : forwarders_) f->stop();
+  ::unlink(socket_path_.c_str());
+}
+
+void Supervisor::loop() {
+  while (!stop_) {
+    tick();
+    std::this_thread::sleep_for(kTick);
+  }
+}
+
+bool Supervisor::all_links_up() {
+  for (auto& f : forwarders_) {
+    if (f->state() != link::LinkState::up) return false;
+  }
+  return true;
+}
+
+void Supervisor::tick() {
+  reap_engine();
+  const bool links_up = all_links_up();
+  int pid;
+  bool connected, ready_to_canary;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pid = engine_pid_;
+    connected = engine_connected_;
+    ready_to_canary = connected && engine_status_.state == "ready" && !canary_running_;
+  }
+  if (!links_up) {
+    if (pid > 0) {
+      std::string lost;
+      for (size_t i = 0; i < forwarders_.size(); ++i) {
+        if (forwarders_[i]->state() == link::LinkState::up) continue;
+        const auto st = forwarders_[i]->stats();
+        lost += (lost.empty() ? "" : "; ") + std::string("worker ") + options_.workers[i].name + " (" +
+                options_.workers[i].address.to_string() + ") lost" + (st.last_error.empty() ? "" : ": " + st.last_error);
+      }
+      kill_engine(lost);
+    }
+    if (state() != "starting") set_state("degraded", "waiting for every worker's heartbeat");
+    return;
+  }
+  if (pid <= 0) {
+    bool due;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      due = Clock::now() >= restart_at_;
+    }
+    if (due) spawn_engine();
+    return;
+  }
+  if (!connected) {
+    connect_engine();
+    return;
+  }
+  if (!ready_to_canary) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto since = Clock::now() - last_canary_;
+  // A freshly loaded engine is tried at once; a failing one every few seconds; a healthy one when
+  // idle, every canary_interval, because generation can die while every process looks alive.
+  bool due;
+  if (!engine_verified_ || state_ != "ready") {
+    due = last_canary_ < engine_started_ || since >= std::chrono::seconds(5);
+  } else {
+    due = (!in_flight_ || in_flight_() == 0) && since >= options_.canary_interval;
+  }
+  if (!due) return;
+  canary_running_ = true;
+  last_canary_ = Clock::now();
+  if (canary_thread_.joinable()) canary_thread_.join();  // finished: canary_running_ was false
+  canary_thread_ = std::thread([this] { start_canary(); });
+}
+
+void Supervisor::spawn_engine() {
+  std::vector<std::string> args = {options_.engine_program, "engine", "--socket", socket_path_, "-m", options_.model,
+                                   "-c", std::to_string(options_.context), "--parallel", std::to_string(options_.parallel),
+                                   "--cpu-layers", std::to_string(options_.cpu_layers)};
+  std::string rpc;
+  for (auto& f : forwarders_) rpc += (rpc.empty() ? "" : ",") + std::string("127.0.0.1:") + std::to_string(f->port());
+  if (!rpc.empty()) args.insert(args.end(), {"--rpc", rpc});
+  if (!options_.device_layers.empty()) args.insert(args.end(), {"--layer-split", join(options_.device_layers)});
+  if (options_.threads > 0) args.insert(args.end(), {"-t", std::to_string(options_.threads)});
+  if (!options_.cuda_graphs) args.push_back("--no-cuda-graphs");
+  ::unlink(socket_path_.c_str());
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    std::fprintf(stderr, "tandem serve: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  std::string cmd;
+  for (auto& a : args) cmd += (cmd.empty() ? "" : " ") + a;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    engine_pid_ = pid;
+    engine_connected_ = false;
+    engine_status_ = engine::EngineStatus();
+    engine_started_ = Clock::now();
+    engine_verified_ = false;
+    meter_ = std::make_unique<ProgressMeter>("loading " + options_.model, stderr, options_.progress_tty);
+  }
+  log("engine started (pid " + std::to_string(pid) + "): " + cmd);
+  set_state(restarts_ > 0 ? "recovering" : "loading", "engine starting");
+}
+
+void Supervisor::connect_engine() {
+  auto on_status = [this](const engine::EngineStatus& s) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    engine_status_ = s;
+    if (meter_ && s.state == "loading" && s.load.total_bytes > 0) meter_->update(s.load.bytes, s.load.total_bytes);
+    if (meter_ && s.state != "loading") {
+      if (s.load.total_bytes > 0) meter_->update(s.load.total_bytes, s.load.total_bytes);
+      meter_->finish();
+      meter_.reset();
+    }
+    if (s.state == "failed") last_error_ = "the engine could not load the model: " + s.error;
+  };
+  auto client = engine::EngineClient::connect(socket_path_, 50, on_status);
+  if (!client.is_ok()) return;  // not listening yet: next tick
+  std::shared_ptr<engine::EngineClient> c = std::move(client.value());
+  backend_.set_client(c);
+  std::lock_guard<std::mutex> lock(mutex_);
+  engine_connected_ = true;
+}
+
+void Supervisor::reap_engine() {
+  int pid;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pid = engine_pid_;
+  }
+  if (pid <= 0) return;
+  int status = 0;
+  if (::waitpid(pid, &status, WNOHANG) != pid) return;
+  std::string why = "the engine " + describe_exit(status);
+  backend_.set_failure_reason(why);
+  backend_.set_client(nullptr);  // requests in flight end with `unavailable`
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    engine_pid_ = -1;
+    engine_connected_ = false;
+    meter_.reset();
+    if (!last_error_.empty() && engine_status_.state == "failed") why += " (" + last_error_ + ")";
+    last_error_ = why;
+    restart_at_ = Clock::now() + backoff_;
+    log(why + "; restarting in " + std::to_string(backoff_.count()) + " s");
+    backoff_ = std::min(kMaxBackoff, backoff_ * 2);
+    ++restarts_;
+  }
+  set_state("recovering", why);
+}
+
+void Supervisor::kill_engine(const std::string& why) {
+  int pid;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pid = engine_pid_;
+  }
+  if (pid <= 0) return;
+  log("stopping the engine: " + why);
+  backend_.set_failure_reason(why);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  backend_.set_client(nullptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  engine_pid_ = -1;
+  engine_connected_ = false;
+  meter_.reset();
+  last_error_ = "engine stopped: " + why;
+  restart_at_ = Clock::now();  // restart as soon as the workers are back
+  ++restarts_;
+}
+
+void Supervisor::start_canary() {
+  auto client = backend_.client();
+  auto done = std::make_shared<std::promise<std::string>>();
+  auto future = done->get_future();
+  std::string id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    id = "canary-" + std::to_string(++canary_seq_);
+  }
+  const nlohmann::json body = {{"model", options_.model_id}, {"prompt", "Hello"}, {"max_tokens", 1}, {"temperature", 0}};
+  Status s = client ? client->submit(id, engine::RequestKind::completion, body.dump(),
+                                     [done](const engine::EngineEvent& e) {
+                                       if (e.type == engine::EngineEvent::Type::done) done->set_value("");
+                                       if (e.type == engine::EngineEvent::Type::error) done->set_value(e.message.empty() ? "error" : e.message);
+                                     })
+                    : Status::unavailable("the engine is not connected");
+  std::string failure;
+  if (!s.is_ok()) {
+    failure = s.message();
+  } else if (future.wait_for(options_.canary_timeout) != std::future_status::ready) {
+    failure = "no token within " + std::to_string(options_.canary_timeout.count()) + " s";
+    client->cancel(id);
+  } else {
+    failure = future.get();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    canary_running_ = false;
+    if (failure.empty()) {
+      engine_verified_ = true;
+      backoff_ = std::chrono::seconds(1);
+      last_error_.clear();
+    } else {
+      last_error_ = "canary generation failed: " + failure;
+    }
+  }
+  if (failure.empty()) {
+    set_state("ready", "a one-token generation went through the whole split");
+  } else {
+    set_state("degraded", "canary generation failed: " + failure);
+  }
+}
+
+void Supervisor::set_state(const std::string& state, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ == state) return;
+  state_ = state;
+  if (options_.log) options_.log("state " + state + ": " + why);
+}
+
+std::string Supervisor::state() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (engine_status_.state == "loading" && engine_connected_) {
+    return "loading " + std::to_string(static_cast<int>(engine_status_.load.fraction * 100)) + "%";
+  }
+  return state_;
+}
+
+HealthReport Supervisor::health() {
+  HealthReport h;
+  nlohmann::json nodes = nlohmann::json::array();
+  std::string metrics;
+  for (size_t i = 0; i < forwarders_.size(); ++i) {
+    const link::ForwarderStats st = forwarders_[i]->stats();
+    const std::string& name = options_.workers[i].name;
+    nodes.push_back({{"name", name},
+                     {"address", options_.workers[i].address.to_string()},
+                     {"state", link::link_state_name(st.state)},
+                     {"bytes_to_worker", st.bytes_to_worker},
+                     {"bytes_from_worker", st.bytes_from_worker},
+                     {"last_error", st.last_error}});
+    metrics += "tandem_link_bytes_total{worker=\"" + name + "\",direction=\"to_worker\"} " + std::to_string(st.bytes_to_worker) + "\n";
+    metrics += "tandem_link_bytes_total{worker=\"" + name + "\",direction=\"from_worker\"} " + std::to_string(st.bytes_from_worker) + "\n";
+    metrics += "tandem_node_up{node=\"" + name + "\"} " + std::to_string(st.state == link::LinkState::up ? 1 : 0) + "\n";
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  h.state = state_;
+  if (engine_connected_ && engine_status_.state == "loading") h.state = restarts_ > 0 ? "recovering" : "loading";
+  h.accepting = state_ == "ready";
+  h.retry_after_s = state_ == "degraded" ? 10 : 5;
+  const engine::LoadProgress& l = engine_status_.load;
+  nlohmann::json load = {{"fraction", l.fraction}, {"bytes", l.bytes}, {"total_bytes", l.total_bytes}, {"rate", l.rate}};
+  if (l.rate > 0 && l.total_bytes >= l.bytes) load["eta_s"] = static_cast<double>(l.total_bytes - l.bytes) / l.rate;
+  h.detail = {{"model", options_.model_id},
+              {"engine", {{"state", engine_pid_ > 0 ? engine_status_.state : std::string("stopped")},
+                          {"pid", engine_pid_},
+                          {"restarts", restarts_},
+                          {"slots_busy", engine_status_.slots_busy},
+                          {"slots_total", engine_status_.slots_total},
+                          {"tokens_per_s", engine_status_.tokens_per_s}}},
+              {"load", load},
+              {"nodes", nodes},
+              {"last_error", last_error_}};
+  metrics += "# HELP tandem_state 1 for the gateway's current state.\n# TYPE tandem_state gauge\n";
+  for (const char* s : {"starting", "loading", "ready", "degraded", "recovering"}) {
+    metrics += std::string("tandem_state{state=\"") + s + "\"} " + (h.state == s ? "1" : "0") + "\n";
+  }
+  metrics += "tandem_engine_restarts_total " + std::to_string(restarts_) + "\n";
+  h.extra_metrics = "# HELP tandem_link_bytes_total Bytes through each worker's link.\n# TYPE tandem_link_bytes_total counter\n" + metrics;
+  return h;
+}
+
+}  // namespace tandem::gateway

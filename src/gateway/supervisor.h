@@ -1,0 +1,110 @@
+// The supervisor of `tandem serve`: one forwarder per worker, the engine child process, the
+// connection to it, and the cluster's health.
+//
+// It never exits because of a failure elsewhere. A worker whose heartbeat stops is declared lost:
+// the engine (whose ggml RPC client would abort or hang) is killed, requests in flight end with an
+// error, the state turns degraded. When every worker is back the engine restarts, with backoff,
+// loads, and only a real one-token generation through the whole split (the canary) makes the
+// state ready again. While idle the canary repeats; a failed canary turns the state degraded.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/progress.h"
+#include "gateway/api_server.h"
+#include "gateway/engine_backend.h"
+#include "link/forwarder.h"
+#include "link/secret.h"
+
+namespace tandem::gateway {
+
+struct WorkerLink {
+  std::string name;
+  link::Endpoint address;
+};
+
+struct SupervisorOptions {
+  std::string engine_program;            // path of tandem-engine
+  std::string model;                     // GGUF path
+  std::string model_id;                  // the name clients use
+  std::vector<WorkerLink> workers;       // in layer order
+  std::optional<link::Secret> secret;    // required when there are workers
+  std::string head_name = "head";
+  int cpu_layers = 0;                    // the plan's split (see engine::Placement)
+  std::vector<int> device_layers;
+  int context = 4096;                    // per slot
+  int parallel = 1;
+  int threads = 0;
+  bool cuda_graphs = true;
+  std::string runtime_dir;               // for the engine's socket; "" = a fresh folder in /tmp
+  std::chrono::seconds canary_interval{30};
+  std::chrono::seconds canary_timeout{60};
+  std::chrono::milliseconds heartbeat_deadline{5000};
+  std::function<void(const std::string&)> log;  // one line per event; may be empty
+  bool progress_tty = false;             // draw the load progress as a bar (else log lines)
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(SupervisorOptions options);
+  ~Supervisor();  // stop()
+
+  // Starts the forwarders and the supervision thread (which starts the engine).
+  Status start();
+  // Stops the engine (SIGTERM, then SIGKILL after 10 s) and the forwarders.
+  void stop();
+
+  Backend* backend() { return &backend_; }
+  // The report /health and the front end use; thread-safe.
+  HealthReport health();
+  // Called by the supervision thread to know whether the front end is idle (for the canary).
+  void set_busy_probe(std::function<int()> in_flight) { in_flight_ = std::move(in_flight); }
+  // The state for systemd and logs ("loading 41%", "ready", ...).
+  std::string state();
+
+ private:
+  void loop();
+  void tick();
+  bool all_links_up();
+  void spawn_engine();
+  void kill_engine(const std::string& why);
+  void reap_engine();
+  void connect_engine();
+  void start_canary();
+  void set_state(const std::string& state, const std::string& why);
+  void log(const std::string& line);
+
+  const SupervisorOptions options_;
+  EngineBackend backend_;
+  std::vector<std::unique_ptr<link::Forwarder>> forwarders_;  // constant after start()
+  std::function<int()> in_flight_;
+  std::thread thread_;
+  std::thread canary_thread_;  // touched only by the supervision thread and stop()
+  std::atomic<bool> stop_{false};
+  std::string socket_path_;  // constant after start()
+
+  std::mutex mutex_;
+  // All below guarded by mutex_.
+  std::string state_ = "starting";
+  std::string last_error_;
+  int engine_pid_ = -1;
+  bool engine_connected_ = false;
+  engine::EngineStatus engine_status_;
+  bool canary_running_ = false;
+  bool engine_verified_ = false;  // this engine instance has passed a canary
+  std::chrono::steady_clock::time_point last_canary_{}, restart_at_{}, engine_started_{};
+  std::chrono::seconds backoff_{1};
+  int restarts_ = 0;
+  uint64_t canary_seq_ = 0;
+  std::unique_ptr<ProgressMeter> meter_;
+};
+
+}  // namespace tandem::gateway

@@ -1,0 +1,81 @@
+#include "integration/cluster.h"
+
+#include <httplib.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace tandem::testing {
+
+LocalCluster::LocalCluster(const ScratchDir& dir, int workers, const std::vector<std::string>& extra) : dir_(dir) {
+  secret_ = dir.file("cluster.key");
+  model_ = dir.file("tiny.gguf");
+  EXPECT_EQ(run_tandem("secret new -o " + secret_, dir.file("")).exit_code, 0);
+  EXPECT_EQ(run_tandem("synth --preset tiny -o " + model_, dir.file("")).exit_code, 0);
+  auto k = run_tandem("keys --db " + dir.file("keys.db") + " create --name test", dir.file(""));
+  EXPECT_EQ(k.exit_code, 0) << k.err;
+  key_ = k.out.substr(0, k.out.find('\n'));
+  for (int i = 0; i < workers; ++i) {
+    worker_ports_.push_back(free_port());
+    workers_.emplace_back();
+    start_worker(i);
+  }
+  port_ = free_port();
+  std::vector<std::string> argv = {TANDEM_BINARY, "serve", "-m", model_, "--secret-file", secret_,
+                                   "--keys-db", dir.file("keys.db"), "--listen", "127.0.0.1:" + std::to_string(port_),
+                                   "--context", "512", "--parallel", "2", "--model-id", "tiny", "-t", "1"};
+  std::string layers = std::to_string(4 - workers * (workers == 1 ? 2 : 1));  // tiny has 4 layers
+  for (int i = 0; i < workers; ++i) {
+    argv.push_back("--worker");
+    argv.push_back("w" + std::to_string(i) + "=127.0.0.1:" + std::to_string(worker_ports_[i]));
+    layers += workers == 1 ? ",2" : ",1";
+  }
+  if (workers > 0) argv.insert(argv.end(), {"--layers", layers});
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  gateway_ = std::make_unique<ChildProcess>(argv, dir.file("serve.log"));
+}
+
+void LocalCluster::start_worker(int i) {
+  workers_[i] = std::make_unique<ChildProcess>(
+      std::vector<std::string>{TANDEM_BINARY, "worker", "--listen", "127.0.0.1:" + std::to_string(worker_ports_[i]),
+                               "--secret-file", secret_, "--name", "w" + std::to_string(i), "--threads", "1"},
+      dir_.file("worker" + std::to_string(i) + ".log"));
+  wait_for_port(worker_ports_[i], 10000);
+}
+
+void LocalCluster::kill_worker(int i, int signal) { workers_[i]->signal(signal); }
+
+void LocalCluster::restart_worker(int i) {
+  workers_[i]->wait(5000);
+  start_worker(i);
+}
+
+std::string LocalCluster::state() {
+  httplib::Client c("127.0.0.1", port_);
+  c.set_connection_timeout(1, 0);
+  c.set_read_timeout(2, 0);
+  auto r = c.Get("/health");
+  if (!r) return "";
+  auto j = nlohmann::json::parse(r->body, nullptr, false);
+  return j.is_object() ? j.value("state", "") : "";
+}
+
+bool LocalCluster::wait_ready(int timeout_ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (state() == "ready") return true;
+    if (!gateway_->running()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+std::string LocalCluster::log() const {
+  std::ifstream in(dir_.file("serve.log"));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,41 @@
+// A real cluster on loopback for integration tests: the tiny model, N `tandem worker` processes,
+// `tandem serve` with an API key, torn down with the fixture.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/process.h"
+#include "test_util.h"
+
+namespace tandem::testing {
+
+class LocalCluster {
+ public:
+  // Writes the model, secret and key, starts `workers` workers and the gateway, and waits until
+  // /health says ready (false when it did not within `timeout_ms`; see log()).
+  explicit LocalCluster(const ScratchDir& dir, int workers = 2, const std::vector<std::string>& extra_serve_args = {});
+  bool wait_ready(int timeout_ms = 60000);
+  // /health's "state", or "" when it does not answer.
+  std::string state();
+
+  void kill_worker(int i, int signal);
+  void restart_worker(int i);
+  ChildProcess& gateway() { return *gateway_; }
+
+  int port() const { return port_; }
+  const std::string& key() const { return key_; }
+  std::string log() const;  // the gateway's log, for failure messages
+
+ private:
+  void start_worker(int i);
+  const ScratchDir& dir_;
+  std::string secret_, model_, key_;
+  int port_ = 0;
+  std::vector<int> worker_ports_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::unique_ptr<ChildProcess> gateway_;
+};
+
+}  // namespace tandem::testing
