@@ -3,7 +3,10 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <sys/wait.h>
+
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -163,6 +166,23 @@ TEST(Serve, SigtermDrainsInFlightRequestsThenExitsCleanly) {
   EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 200);
   EXPECT_EQ(cluster.gateway().wait(20000), 0) << cluster.log();
   EXPECT_NE(cluster.log().find("draining"), std::string::npos);
+}
+
+// The official `openai` npm package as the client: chat, streaming with usage, completions, a
+// wrong key, the model list (tests/integration/openai_client.mjs).
+TEST(Serve, TheOfficialOpenAiClientWorks) {
+  ScratchDir dir;
+  LocalCluster cluster(dir, 1);
+  ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
+  const std::string root = TANDEM_SOURCE_DIR;
+  const std::string cmd = "export TANDEM_NODE_MODULES=$(" + root + "/scripts/install-node-deps.sh) && node " + root +
+                          "/tests/integration/openai_client.mjs --base-url http://127.0.0.1:" + std::to_string(cluster.port()) +
+                          "/v1 --api-key " + cluster.key() + " --model tiny > " + dir.file("openai.out") + " 2>&1";
+  const int rc = std::system(("bash -c '" + cmd + "'").c_str());
+  std::ifstream in(dir.file("openai.out"));
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << out;
+  EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
 }
 
 TEST(Serve, ABadConfigurationIsRefusedWithAMessage) {
