@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "gateway/cluster_nodes.h"
 #include "common/units.h"
 #include "config/config.h"
 #include "plan/model_info.h"
@@ -31,6 +32,10 @@ void resolve(const PlanFlags& f, std::string* model, plan::PlanOptions* options,
     *options = o.value();
     *model = c->model.path;
     source = plan::node_source_from_config(c.value());
+    // Nodes whose memory the file does not declare are asked live, over the control channel.
+    if (dynamic_cast<plan::LiveNodeSource*>(source.get()) != nullptr) {
+      source = std::make_unique<gateway::LiveClusterSource>(c.value());
+    }
   }
   if (!f.model.empty()) *model = f.model;
   if (model->empty()) fail("no model: give --model or [model] path in the config", 2);

@@ -12,6 +12,7 @@
 
 #include "common/paths.h"
 #include "gateway/api_server.h"
+#include "gateway/cluster_nodes.h"
 #include "gateway/keys.h"
 #include "gateway/supervisor.h"
 #include "link/control.h"
@@ -26,89 +27,6 @@ namespace tandem::gateway {
 namespace {
 
 void log(const std::string& line) { link::log_line("serve: " + line); }
-
-// The devices a worker's RPC server offers, as its ggml RPC server picks them: the GPUs, else the CPU.
-plan::NodeSpec node_from_status(const config::WorkerConfig& w, const nlohmann::json& status) {
-  plan::NodeSpec n;
-  n.name = w.name;
-  n.address = w.address;
-  std::vector<plan::DeviceSpec> gpus, cpus;
-  for (const auto& d : status.value("devices", nlohmann::json::array())) {
-    plan::DeviceSpec s;
-    s.name = d.value("name", "?");
-    const std::string type = d.value("type", "cpu");
-    s.kind = type == "cpu" ? plan::DeviceKind::cpu : plan::DeviceKind::gpu;
-    s.free_bytes = d.value("free_bytes", uint64_t{0});
-    s.bandwidth = w.bandwidth.value_or(plan::kDefaultBandwidth);
-    s.bandwidth_assumed = !w.bandwidth.has_value();
-    (s.kind == plan::DeviceKind::cpu ? cpus : gpus).push_back(s);
-  }
-  n.devices = gpus.empty() ? cpus : gpus;
-  if (!gpus.empty()) {
-    for (auto& d : n.devices) d.kind = plan::DeviceKind::gpu;
-  } else {
-    // A worker's CPU is an offload device from the head's point of view.
-    for (auto& d : n.devices) d.kind = plan::DeviceKind::gpu;
-  }
-  return n;
-}
-
-plan::NodeSpec head_node(const config::Config& c) {
-  plan::NodeSpec head;
-  head.name = c.cluster.head_name;
-  for (const auto& d : worker::local_devices()) {
-    plan::DeviceSpec s;
-    s.name = d.name;
-    s.kind = d.type == "cpu" ? plan::DeviceKind::cpu : plan::DeviceKind::gpu;
-    s.free_bytes = c.cluster.head_memory.value_or(d.free_bytes);
-    s.bandwidth = c.cluster.head_bandwidth.value_or(plan::kDefaultBandwidth);
-    s.bandwidth_assumed = !c.cluster.head_bandwidth.has_value();
-    if (s.kind == plan::DeviceKind::gpu || c.cluster.head_device == "cpu") head.devices.push_back(s);
-  }
-  if (head.devices.empty()) {  // a CPU-only head
-    for (const auto& d : worker::local_devices()) {
-      if (d.type != "cpu") continue;
-      plan::DeviceSpec s;
-      s.name = d.name;
-      s.kind = plan::DeviceKind::cpu;
-      s.free_bytes = c.cluster.head_memory.value_or(d.free_bytes);
-      s.bandwidth = c.cluster.head_bandwidth.value_or(plan::kDefaultBandwidth);
-      s.bandwidth_assumed = !c.cluster.head_bandwidth.has_value();
-      head.devices.push_back(s);
-    }
-  }
-  return head;
-}
-
-// Asks every worker for its devices, retrying those that do not answer until `stop`.
-Result<std::vector<plan::NodeSpec>> query_workers(const config::Config& c, const link::Secret& secret,
-                                                  const std::atomic<bool>& stop) {
-  std::vector<plan::NodeSpec> nodes;
-  for (const auto& w : c.workers) {
-    auto ep = link::parse_endpoint(w.address);
-    if (!ep.is_ok()) return ep.status().with_context("worker " + w.name);
-    link::HandshakeOptions ho = link::default_handshake_options();
-    ho.name = c.cluster.head_name;
-    auto last_log = std::chrono::steady_clock::now() - std::chrono::hours(1);
-    for (;;) {
-      if (stop) return Status::cancelled("stopped while waiting for worker " + w.name);
-      auto st = link::control_request(ep.value(), secret, "status", ho);
-      if (st.is_ok()) {
-        nodes.push_back(node_from_status(w, st.value()));
-        log("worker " + w.name + " (" + w.address + "): " + std::to_string(nodes.back().devices.size()) + " device(s)");
-        break;
-      }
-      // A refused secret or a version mismatch will not heal by waiting.
-      if (st.status().code() == StatusCode::invalid_argument) return st.status();
-      if (std::chrono::steady_clock::now() - last_log > std::chrono::seconds(10)) {
-        log("waiting for worker " + w.name + ": " + st.status().message());
-        last_log = std::chrono::steady_clock::now();
-      }
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-    }
-  }
-  return nodes;
-}
 
 // Replaces the solver's split with one layer count per node (head first). Each worker must offer
 // one device; the head's share goes to its GPU when it has one, else to its CPU.
@@ -225,7 +143,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
     phase = "asking the workers";
   }
   if (!c.workers.empty()) {
-    auto w = query_workers(c, *secret, stop);
+    auto w = query_workers(c, *secret, &stop);
     if (!w.is_ok()) return w.status();
     nodes.insert(nodes.end(), w->begin(), w->end());
   }

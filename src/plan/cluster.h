@@ -65,10 +65,9 @@ class StaticNodeSource : public NodeSource {
   const std::vector<NodeSpec> nodes_;
 };
 
-// The seam for live workers: asks each worker's control channel for its devices, free memory and
-// bandwidth. The control channel is not built yet, so this reports `unavailable` with the message
-// "live worker query not available yet" and never invents figures. `head` is described by the
-// caller (this machine's devices).
+// The seam for live workers. The plan component cannot reach workers (it does not depend on the
+// link), so this reports `unavailable` and never invents figures; `tandem plan -c` and `tandem
+// serve` use gateway::LiveClusterSource instead, which asks each worker's control channel.
 class LiveNodeSource : public NodeSource {
  public:
   LiveNodeSource(NodeSpec head, std::vector<NodeSpec> workers)

@@ -25,6 +25,9 @@ class LocalCluster {
   ChildProcess& gateway() { return *gateway_; }
 
   int port() const { return port_; }
+  int worker_port(int i) const { return worker_ports_[i]; }
+  const std::string& secret_file() const { return secret_; }
+  const std::string& model() const { return model_; }
   const std::string& key() const { return key_; }
   std::string log() const;  // the gateway's log, for failure messages
 

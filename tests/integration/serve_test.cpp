@@ -185,6 +185,26 @@ TEST(Serve, TheOfficialOpenAiClientWorks) {
   EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
 }
 
+TEST(Plan, AConfigWithoutDeclaredMemoryAsksTheLiveWorkers) {
+  ScratchDir dir;
+  LocalCluster cluster(dir, 1);
+  const std::string cfg = dir.file("tandem.toml");
+  write_file(cfg, "[cluster]\nsecret_file = \"" + cluster.secret_file() + "\"\n[[worker]]\nname = \"box-b\"\naddress = \"127.0.0.1:" +
+                      std::to_string(cluster.worker_port(0)) + "\"\n[model]\npath = \"" + cluster.model() + "\"\ncontext = 512\n");
+  auto r = run_tandem("plan --json -c " + cfg, dir.file(""));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_NE(r.out.find("box-b"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("box-b"), std::string::npos) << r.err;  // the query is logged
+
+  write_file(cfg, "[cluster]\nsecret_file = \"" + cluster.secret_file() + "\"\n[[worker]]\nname = \"gone\"\naddress = \"127.0.0.1:" +
+                      std::to_string(free_port()) + "\"\n[model]\npath = \"" + cluster.model() + "\"\n");
+  r = run_tandem("plan -c " + cfg, dir.file(""));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("gone"), std::string::npos) << r.err;
+}
+
 TEST(Serve, ABadConfigurationIsRefusedWithAMessage) {
   ScratchDir dir;
   auto r = run_tandem("serve -m " + dir.file("missing.gguf") + " --keys-db " + dir.file("k.db"), dir.file(""));

@@ -147,11 +147,11 @@ TEST(PlanCli, AConfigWithDeclaredMemoryPlansWithoutAskingWorkers) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("fits"), std::string::npos) << r.out;
 
-  // Without declared memory the workers would have to be asked: not available yet, and it says so.
+  // Without declared memory the workers are asked over the link: that needs the secret.
   tandem::testing::write_file(cfg, "[[worker]]\nname = \"b\"\naddress = \"127.0.0.1:7070\"\n[model]\npath = \"" + model + "\"\n");
   auto live = run_tandem("plan -c " + cfg, dir.file(""));
   EXPECT_EQ(live.exit_code, 1);
-  EXPECT_NE(live.err.find("live worker query not available yet"), std::string::npos) << live.err;
+  EXPECT_NE(live.err.find("secret_file"), std::string::npos) << live.err;
 
   // Flags override the file.
   auto flags = run_tandem("plan -c " + cfg + " --node head=4GiB", dir.file(""));

@@ -1,0 +1,101 @@
+#include "gateway/cluster_nodes.h"
+
+#include <chrono>
+#include <thread>
+
+#include "link/control.h"
+#include "link/log.h"
+#include "worker/devices.h"
+
+namespace tandem::gateway {
+namespace {
+
+// The devices a worker's RPC server offers, as its ggml RPC server picks them: the GPUs, else the CPU.
+plan::NodeSpec node_from_status(const config::WorkerConfig& w, const nlohmann::json& status) {
+  plan::NodeSpec n;
+  n.name = w.name;
+  n.address = w.address;
+  std::vector<plan::DeviceSpec> gpus, cpus;
+  for (const auto& d : status.value("devices", nlohmann::json::array())) {
+    plan::DeviceSpec s;
+    s.name = d.value("name", "?");
+    const std::string type = d.value("type", "cpu");
+    s.kind = type == "cpu" ? plan::DeviceKind::cpu : plan::DeviceKind::gpu;
+    s.free_bytes = d.value("free_bytes", uint64_t{0});
+    s.bandwidth = w.bandwidth.value_or(plan::kDefaultBandwidth);
+    s.bandwidth_assumed = !w.bandwidth.has_value();
+    (s.kind == plan::DeviceKind::cpu ? cpus : gpus).push_back(s);
+  }
+  n.devices = gpus.empty() ? cpus : gpus;
+  // Whatever it is, a worker's device is an offload device (an RPC device) for the head.
+  for (auto& d : n.devices) d.kind = plan::DeviceKind::gpu;
+  return n;
+}
+
+}  // namespace
+
+plan::NodeSpec head_node(const config::Config& c) {
+  plan::NodeSpec head;
+  head.name = c.cluster.head_name;
+  const auto devices = worker::local_devices();
+  bool has_gpu = false;
+  for (const auto& d : devices) has_gpu |= d.type != "cpu";
+  const bool use_cpu = !has_gpu || c.cluster.head_device == "cpu";
+  for (const auto& d : devices) {
+    if ((d.type == "cpu") != use_cpu) continue;
+    plan::DeviceSpec s;
+    s.name = d.name;
+    s.kind = use_cpu ? plan::DeviceKind::cpu : plan::DeviceKind::gpu;
+    s.free_bytes = c.cluster.head_memory.value_or(d.free_bytes);
+    s.bandwidth = c.cluster.head_bandwidth.value_or(plan::kDefaultBandwidth);
+    s.bandwidth_assumed = !c.cluster.head_bandwidth.has_value();
+    head.devices.push_back(s);
+  }
+  return head;
+}
+
+Result<std::vector<plan::NodeSpec>> query_workers(const config::Config& c, const link::Secret& secret,
+                                                  const std::atomic<bool>* wait_until) {
+  std::vector<plan::NodeSpec> nodes;
+  for (const auto& w : c.workers) {
+    auto ep = link::parse_endpoint(w.address);
+    if (!ep.is_ok()) return ep.status().with_context("worker " + w.name);
+    link::HandshakeOptions ho = link::default_handshake_options();
+    ho.name = c.cluster.head_name;
+    auto last_log = std::chrono::steady_clock::now() - std::chrono::hours(1);
+    for (;;) {
+      if (wait_until != nullptr && *wait_until) return Status::cancelled("stopped while waiting for worker " + w.name);
+      auto st = link::control_request(ep.value(), secret, "status", ho);
+      if (st.is_ok()) {
+        nodes.push_back(node_from_status(w, st.value()));
+        link::log_line("worker " + w.name + " (" + w.address + "): " + std::to_string(nodes.back().devices.size()) + " device(s)");
+        break;
+      }
+      // A refused secret or a version mismatch will not heal by waiting.
+      if (wait_until == nullptr || st.status().code() == StatusCode::invalid_argument) {
+        return st.status().with_context("asking worker '" + w.name + "' for its devices");
+      }
+      if (std::chrono::steady_clock::now() - last_log > std::chrono::seconds(10)) {
+        link::log_line("waiting for worker " + w.name + ": " + st.status().message());
+        last_log = std::chrono::steady_clock::now();
+      }
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
+  return nodes;
+}
+
+
+Result<std::vector<plan::NodeSpec>> LiveClusterSource::nodes() {
+  std::vector<plan::NodeSpec> nodes{head_node(config_)};
+  if (config_.workers.empty()) return nodes;
+  if (config_.cluster.secret_file.empty()) return Status::invalid_argument("workers need [cluster] secret_file");
+  auto secret = link::load_secret(config_.cluster.secret_file);
+  if (!secret.is_ok()) return secret.status();
+  auto w = query_workers(config_, secret.value(), nullptr);
+  if (!w.is_ok()) return w.status();
+  nodes.insert(nodes.end(), w->begin(), w->end());
+  return nodes;
+}
+
+}  // namespace tandem::gateway
