@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "common/strings.h"
 #include "engine/generate.h"
 #include "engine/llama_log.h"
 #include "engine/server.h"
@@ -12,19 +13,6 @@ namespace tandem::cli {
 
 namespace {
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::string item;
-  for (char c : text + ",") {
-    if (c == ',') {
-      if (!item.empty()) out.push_back(item);
-      item.clear();
-    } else if (c != ' ') {
-      item += c;
-    }
-  }
-  return out;
-}
 
 std::atomic<bool> stop_requested{false};
 void on_signal(int) { stop_requested = true; }
@@ -39,9 +27,9 @@ struct EngineFlags {
 
 engine::Placement placement(const EngineFlags& f) {
   engine::Placement p = f.one_shot.placement;
-  p.rpc_servers = split_list(f.rpc);
+  p.rpc_servers = split_commas(f.rpc);
   p.cpu_weight_repack = !f.no_repack;
-  for (const std::string& n : split_list(f.split)) {
+  for (const std::string& n : split_commas(f.split)) {
     try {
       p.device_layers.push_back(std::stoi(n));
     } catch (const std::exception&) {

@@ -2,6 +2,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "common/strings.h"
 #include "common/units.h"
 #include "link/secret.h"
 #include "worker/cache.h"
@@ -12,19 +13,6 @@ namespace tandem::cli {
 
 namespace {
 
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> out;
-  std::string item;
-  for (char c : text + ",") {
-    if (c == ',') {
-      if (!item.empty()) out.push_back(item);
-      item.clear();
-    } else if (c != ' ') {
-      item += c;
-    }
-  }
-  return out;
-}
 
 struct WorkerFlags {
   std::string listen, secret_file, devices, cache_dir, cache_max, name;

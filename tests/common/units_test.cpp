@@ -44,3 +44,16 @@ TEST(FormatCount, UsesDecimalSuffixes) {
 
 }  // namespace
 }  // namespace tandem
+
+#include "common/strings.h"
+
+namespace tandem {
+namespace {
+
+TEST(SplitCommas, DropsSpacesAndEmptyItems) {
+  EXPECT_EQ(split_commas("a, b,,c "), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_TRUE(split_commas("").empty());
+}
+
+}  // namespace
+}  // namespace tandem
