@@ -24,7 +24,7 @@ tar -C "$tmp" -cJf "$out/llama.tar.xz" llama
 
 mkdir -p "$tmp/debs" "$tmp/sysroot"
 (cd "$tmp/debs" && apt-get download -q libtomlplusplus-dev libtomlplusplus3 libcpp-httplib-dev libcpp-httplib0.11 \
-    libsqlite3-dev libsqlite3-0 libsystemd-dev libcli11-dev >/dev/null)
+    libsqlite3-dev libsqlite3-0 libsystemd-dev libcli11-dev libbrotli-dev >/dev/null)
 for d in "$tmp"/debs/*.deb; do dpkg -x "$d" "$tmp/sysroot"; done
 tar -C "$tmp" -cJf "$out/sysroot.tar.xz" sysroot
 ls -la "$out"
