@@ -205,6 +205,27 @@ TEST(Plan, AConfigWithoutDeclaredMemoryAsksTheLiveWorkers) {
   EXPECT_NE(r.err.find("gone"), std::string::npos) << r.err;
 }
 
+TEST(Bench, MeasuresEveryFigureAgainstTandemServe) {
+  ScratchDir dir;
+  LocalCluster cluster(dir, 1);
+  ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
+  auto r = run_tandem("bench --json --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key " + cluster.key() +
+                          " --runs 2 --gen-tokens 8 --prefill-tokens 32,64 --ttft-tokens 32 --concurrency 2",
+                      dir.file(""));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = json::parse(r.out);
+  EXPECT_EQ(j["model"], "tiny");
+  for (const char* f : {"decode_tps", "ttft_ms", "prefill_tps_32", "prefill_tps_64", "aggregate_tps"}) {
+    ASSERT_TRUE(j["figures"].contains(f)) << f;
+    EXPECT_EQ(j["figures"][f]["samples"].size(), 2u) << f;
+    EXPECT_GT(j["figures"][f]["median"].get<double>(), 0.0) << f;
+  }
+  // A wrong key is an error that says what the server answered.
+  auto bad = run_tandem("bench --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key nope --runs 1", dir.file(""));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("401"), std::string::npos) << bad.err;
+}
+
 TEST(Serve, ABadConfigurationIsRefusedWithAMessage) {
   ScratchDir dir;
   auto r = run_tandem("serve -m " + dir.file("missing.gguf") + " --keys-db " + dir.file("k.db"), dir.file(""));

@@ -1,0 +1,46 @@
+// `tandem bench --url`: decode and prefill speed, time to first token and aggregate decode speed
+// of any OpenAI-compatible server (tandem, llama.cpp's llama-server), measured by one client
+// through the same HTTP API, so the figures of different servers compare (BENCH.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tandem::bench {
+
+struct BenchOptions {
+  std::string url = "http://127.0.0.1:8080";  // base URL, without /v1
+  std::string key;                            // API key; "" sends none
+  std::string model;                          // "" = the first of /v1/models
+  int runs = 5;                               // repetitions per figure; the median is reported
+  int gen_tokens = 128;                       // generated tokens for decode figures
+  std::vector<int> prefill_tokens = {512, 4096};  // prompt sizes for prefill figures
+  int ttft_tokens = 512;                      // prompt size for time to first token
+  int concurrency = 4;                        // streams for the aggregate figure
+  int timeout_s = 600;                        // per request
+};
+
+// A figure over the runs: median and spread.
+struct Figure {
+  std::string name;   // e.g. "decode_tps", "prefill_tps_512", "ttft_ms", "aggregate_tps"
+  std::string unit;   // "tok/s" or "ms"
+  double median = 0, min = 0, max = 0;
+  std::vector<double> samples;
+};
+
+struct BenchResult {
+  std::string model;
+  std::vector<Figure> figures;
+  const Figure* find(const std::string& name) const;
+};
+
+// Runs every figure against the server. An error names the request that failed and the server's
+// answer (e.g. 401 with its message, a connection refused).
+Result<BenchResult> run_bench(const BenchOptions& options);
+
+std::string format_result(const BenchResult& result);
+std::string result_to_json(const BenchResult& result, int indent = 2);
+
+}  // namespace tandem::bench
