@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test clean
+.PHONY: all deps build demo test bench clean
 
 all: build
 
@@ -21,6 +21,12 @@ demo: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 900
+
+# The side-by-side comparison on the CPU with the tiny model (bench/compare.sh; GPU runs: BENCH.md).
+bench: build
+	$(BUILD)/tandem synth --preset tiny -o $(BUILD)/bench-tiny.gguf >/dev/null
+	BENCH_ARGS="--runs 3 --gen-tokens 64 --prefill-tokens 128,512 --ttft-tokens 128" CONTEXT=2048 \
+	  MACHINE=$${MACHINE:-$$(hostname)-cpu} bench/compare.sh $(BUILD) $(BUILD)/bench-tiny.gguf 2
 
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The side-by-side comparison of the benchmark method (BENCH.md), from one build on one model:
+#   single             llama-server, one process
+#   stock-split        llama-server --rpc -> ggml-rpc-server, layers halved, CUDA graphs off (the hand-made recipe)
+#   stock-split-graphs the same with CUDA graphs on
+#   tandem-split       tandem serve + tandem worker, the same split
+# Each configuration is started, measured with `tandem bench` and stopped in turn, ROUNDS times
+# interleaved. Writes bench/results/<date>-<machine>/{results.json,results.md,results.svg}.
+#
+#   bench/compare.sh BUILD_DIR MODEL.gguf [ROUNDS]
+# Environment: BENCH_ARGS (extra `tandem bench` flags, e.g. small sizes for CPU), CONTEXT (default
+# 8192), MACHINE (name in the results folder, default: hostname), NGL (single's -ngl, default 99),
+# SPLIT_MODE (cpu: the head keeps its half on the CPU; gpu: half on CUDA0), BANDWIDTH (bytes/s of
+# the device, for the physical limit; default 4.8e12, an H200).
+set -euo pipefail
+build=$(cd "${1:?usage: compare.sh BUILD_DIR MODEL.gguf [ROUNDS]}" && pwd)
+model=$(readlink -f "${2:?model}")
+rounds=${3:-1}
+here=$(cd "$(dirname "$0")/.." && pwd)
+tandem="$build/tandem"
+llama_bin=$(dirname "$(sed -n 's/^#define TANDEM_LLAMA_SERVER_EXE "\(.*\)"/\1/p' "$build/generated/common/build_info.h")")
+context=${CONTEXT:-8192}
+machine=${MACHINE:-$(hostname)}
+out="$here/bench/results/$(date +%Y-%m-%d)-$machine"
+work=$(mktemp -d)
+mkdir -p "$out"
+pids=()
+stop_all() { for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill "${pids[$i]}" 2>/dev/null || true; wait "${pids[$i]}" 2>/dev/null || true; done; pids=(); }
+trap 'stop_all; rm -rf "$work"' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_ready() {  # url; prints seconds from now until /health is ready
+  local t0=$(date +%s.%N)
+  for _ in $(seq 6000); do
+    if curl -sf "$1/health" 2>/dev/null | grep -q -E '"status":"ok"|"state":"ready"'; then
+      python3 -c "import time; print(round(time.time() - $t0, 2))"; return 0
+    fi
+    sleep 0.1
+  done
+  echo "not ready: $1" >&2; return 1
+}
+n_layer=$("$tandem" inspect --json "$model" | python3 -c 'import json,sys; print(json.load(sys.stdin)["n_layer"])')
+half=$((n_layer / 2))
+# The stock split: on a GPU head, every layer offloaded and split 1:1 between CUDA0 and the RPC
+# device; on a CPU head, the first half stays on the CPU and the rest goes to the RPC server.
+if [ "${SPLIT_MODE:-cpu}" = gpu ]; then stock_split=(-ngl 99 -ts 1,1); else stock_split=(-ngl $((n_layer - half + 1))); fi
+"$tandem" secret new -o "$work/cluster.key" >/dev/null
+key=$("$tandem" keys --db "$work/keys.db" create --name bench 2>/dev/null)
+
+start_config() {  # name; sets url, load_s
+  local name=$1 port rport
+  port=$(free_port) rport=$(free_port)
+  url="http://127.0.0.1:$port"
+  case "$name" in
+    single)
+      "$llama_bin/llama-server" -m "$model" -ngl "${NGL:-99}" -c "$context" -fa on --no-warmup --port "$port" \
+        --alias bench >"$work/$name.log" 2>&1 & pids+=($!) ;;
+    stock-split|stock-split-graphs)
+      local env=()
+      [ "$name" = stock-split ] && env=(GGML_CUDA_DISABLE_GRAPHS=1)
+      env "${env[@]}" "$llama_bin/ggml-rpc-server" -H 127.0.0.1 -p "$rport" >"$work/$name-rpc.log" 2>&1 & pids+=($!)
+      sleep 1
+      env "${env[@]}" "$llama_bin/llama-server" -m "$model" "${stock_split[@]}" -c "$context" -fa on --no-warmup --port "$port" \
+        --rpc 127.0.0.1:$rport --alias bench >"$work/$name.log" 2>&1 & pids+=($!) ;;
+    tandem-split)
+      "$tandem" worker --listen 127.0.0.1:$rport --secret-file "$work/cluster.key" --name worker >"$work/$name-worker.log" 2>&1 & pids+=($!)
+      sleep 1
+      "$tandem" serve -m "$model" --worker worker=127.0.0.1:$rport --secret-file "$work/cluster.key" --keys-db "$work/keys.db" \
+        --listen 127.0.0.1:$port --context "$context" --parallel 4 --model-id bench --layers $half,$((n_layer - half)) \
+        >"$work/$name.log" 2>&1 & pids+=($!) ;;
+  esac
+  load_s=$(wait_ready "$url")
+}
+
+results="$work/runs.jsonl"
+for round in $(seq "$rounds"); do
+  for name in single stock-split stock-split-graphs tandem-split; do
+    echo "compare: round $round: $name" >&2
+    start_config "$name"
+    "$tandem" bench --json --url "$url" --key "$key" --model bench ${BENCH_ARGS:-} > "$work/bench.json"
+    python3 -c "import json,sys; b=json.load(open('$work/bench.json')); print(json.dumps({'config':'$name','round':$round,'load_s':$load_s,'bench':b}))" >> "$results"
+    stop_all
+  done
+done
+
+"$tandem" inspect --json "$model" > "$work/model.json"
+python3 "$here/bench/report.py" "$results" "$work/model.json" "$out" "$(git -C "$here" rev-parse HEAD)" "$machine"
+echo "compare: results in $out" >&2

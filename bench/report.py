@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Turns bench/compare.sh's runs into results.json, results.md and results.svg.
+
+usage: report.py RUNS.jsonl MODEL.json OUT_DIR COMMIT MACHINE
+"""
+import json
+import os
+import statistics
+import sys
+
+FIGURES = [("decode_tps", "decode_tps"), ("prefill_tps", None), ("ttft_ms", "ttft_ms"), ("aggregate_tps", "aggregate_tps")]
+CONFIGS = ["single", "stock-split", "stock-split-graphs", "tandem-split"]
+
+
+def main():
+    runs_path, model_path, out, commit, machine = sys.argv[1:6]
+    runs = [json.loads(line) for line in open(runs_path) if line.strip()]
+    model = json.load(open(model_path))
+    figures, load_s = {}, {}
+    for config in CONFIGS:
+        mine = [r for r in runs if r["config"] == config]
+        if not mine:
+            continue
+        fig = {}
+        for name, key in FIGURES:
+            if key is None:  # prefill: the largest prompt size measured
+                keys = sorted((k for k in mine[0]["bench"]["figures"] if k.startswith("prefill_tps_")),
+                              key=lambda k: int(k.rsplit("_", 1)[1]))
+                if not keys:
+                    continue
+                for k in keys:
+                    fig[k] = statistics.median(r["bench"]["figures"][k]["median"] for r in mine)
+                fig[name] = fig[keys[0]]
+                continue
+            fig[name] = statistics.median(r["bench"]["figures"][key]["median"] for r in mine)
+        figures[config] = fig
+        load_s[config] = statistics.median(r["load_s"] for r in mine)
+
+    def ratio(a, b, name):
+        if a not in figures or b not in figures or not figures[b].get(name):
+            return None
+        return figures[a][name] / figures[b][name]
+
+    names = [n for n, _ in FIGURES]
+    bandwidth = float(os.environ.get("BANDWIDTH", "4.8e12"))
+    active = model["active_bytes_per_token"]
+    result = {
+        "commit": commit,
+        "machine": machine,
+        "model": os.path.basename(model["files"][0]),
+        "active_bytes_per_token": active,
+        "figures": figures,
+        "ratios": {n: ratio("tandem-split", "stock-split", n) for n in names},
+        "ratios_best_stock": {n: ratio("tandem-split", "stock-split-graphs", n) for n in names},
+        "vs_single": {n: ratio("tandem-split", "single", n) for n in names},
+        "physical_limit_tps": bandwidth / active,
+        "physical_limit_fraction": figures.get("single", {}).get("decode_tps", 0) / (bandwidth / active),
+        "load_s": {"single": load_s.get("single"), "stock": load_s.get("stock-split"),
+                   "cold": load_s.get("tandem-split"), "seeded": None},
+        "link_bytes": {"load_cold": None, "load_seeded": None},
+        "runs": runs,
+    }
+    os.makedirs(out, exist_ok=True)
+    json.dump(result, open(os.path.join(out, "results.json"), "w"), indent=2)
+
+    md = ["# Side-by-side comparison", "", f"commit `{commit}`, machine `{machine}`, model `{result['model']}`, "
+          f"{active / 1e9:.3f} GB read per generated token", "",
+          "| figure | " + " | ".join(CONFIGS) + " | tandem ÷ stock | tandem ÷ best stock | tandem ÷ single |",
+          "|---|" + "---|" * (len(CONFIGS) + 3)]
+    for n in names:
+        cells = [f"{figures[c][n]:.1f}" if c in figures and n in figures[c] else "-" for c in CONFIGS]
+        rs = [result[k][n] for k in ("ratios", "ratios_best_stock", "vs_single")]
+        md.append(f"| {n} | " + " | ".join(cells) + " | " + " | ".join(f"{r:.2f}" if r else "-" for r in rs) + " |")
+    md += ["", "load (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result["load_s"].items() if v is not None), ""]
+    open(os.path.join(out, "results.md"), "w").write("\n".join(md))
+
+    # One bar group per figure: each configuration relative to single.
+    colors = {"single": "#888", "stock-split": "#d95f02", "stock-split-graphs": "#e6ab02", "tandem-split": "#1b9e77"}
+    w, h, bar = 720, 320, 28
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+           '<text x="10" y="18">relative to single (higher is better; ttft: lower is better)</text>']
+    for gi, n in enumerate(names):
+        base = figures.get("single", {}).get(n)
+        x0 = 40 + gi * 170
+        svg.append(f'<text x="{x0}" y="{h - 8}">{n}</text>')
+        for ci, c in enumerate(CONFIGS):
+            v = figures.get(c, {}).get(n)
+            if not base or v is None:
+                continue
+            rel = v / base
+            bh = min(rel, 2.0) * 100
+            x = x0 + ci * (bar + 4)
+            svg.append(f'<rect x="{x}" y="{h - 30 - bh:.0f}" width="{bar}" height="{bh:.0f}" fill="{colors[c]}"/>')
+            svg.append(f'<text x="{x}" y="{h - 34 - bh:.0f}" font-size="10">{rel:.2f}</text>')
+    for ci, c in enumerate(CONFIGS):
+        svg.append(f'<rect x="{w - 170}" y="{30 + ci * 16}" width="10" height="10" fill="{colors[c]}"/>'
+                   f'<text x="{w - 155}" y="{39 + ci * 16}">{c}</text>')
+    svg.append("</svg>")
+    open(os.path.join(out, "results.svg"), "w").write("\n".join(svg))
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
