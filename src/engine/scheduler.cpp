@@ -58,6 +58,9 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
   SchedulerOptions actual = o;
   actual.context = static_cast<int>(llama_n_ctx_seq(ctx));
   actual.threads = threads;
+  // llama.cpp clamps the batch to the context; a fuller decode would hit its assert.
+  actual.batch = std::min<int>(o.batch, static_cast<int>(llama_n_batch(ctx)));
+  if (actual.batch < actual.parallel) actual.batch = actual.parallel;
   return std::unique_ptr<Scheduler>(new Scheduler(model, ctx, actual, std::move(chat.value())));
 }
 

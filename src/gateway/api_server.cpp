@@ -28,7 +28,9 @@ void send_unauthorized(httplib::Response& res, const std::string& message) {
   res.set_content(json{{"error", e}}.dump(), "application/json");
 }
 
-std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+bool flag(const json& body, const char* key) { return body.contains(key) && body[key].is_boolean() && body[key].get<bool>(); }
 
 }  // namespace
 
@@ -107,7 +109,7 @@ void ApiServer::install_routes() {
     body["accepting"] = h.accepting && !draining_;
     body["requests_in_flight"] = in_flight_.load();
     res.status = (h.accepting && !draining_) ? 200 : 503;
-    res.set_content(body.dump(), "application/json");
+    res.set_content(dump(body), "application/json");
   });
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     metrics_.set_in_flight(in_flight_);
@@ -116,7 +118,7 @@ void ApiServer::install_routes() {
   server_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     KeyRecord key;
     if (!authenticate(req, res, &key)) return;
-    res.set_content(openai::models_response(options_.model_id, std::time(nullptr)).dump(), "application/json");
+    res.set_content(dump(openai::models_response(options_.model_id, std::time(nullptr))), "application/json");
   });
   server_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(Endpoint::chat, req, res);
@@ -200,9 +202,9 @@ void ApiServer::handle_generate(Endpoint endpoint, const httplib::Request& req, 
   call->key = key;
   call->started = started;
   call->created = std::time(nullptr);
-  call->stream = call->request.body.value("stream", false);
-  const json& so = call->request.body.value("stream_options", json::object());
-  call->include_usage = so.is_object() && so.value("include_usage", false);
+  call->stream = flag(call->request.body, "stream");
+  const json& b = call->request.body;
+  call->include_usage = b.contains("stream_options") && b["stream_options"].is_object() && flag(b["stream_options"], "include_usage");
 
   Status submitted = backend_->submit(call->request, [call](const GenerationEvent& e) { call->push(e); });
   if (!submitted.is_ok()) {
@@ -211,6 +213,18 @@ void ApiServer::handle_generate(Endpoint endpoint, const httplib::Request& req, 
     return;
   }
   if (call->stream) {
+    // A request the engine rejects at once (a bad field) answers with its HTTP status, as OpenAI
+    // does, instead of a 200 stream that carries an error.
+    GenerationEvent first;
+    if (call->pop(&first, std::chrono::milliseconds(200))) {
+      if (first.type == GenerationEvent::Type::error) {
+        send_error(res, first.error, first.error.code() == StatusCode::unavailable ? 5 : 0);
+        finish(*call, res.status);
+        return;
+      }
+      std::lock_guard<std::mutex> lock(call->mutex);
+      call->events.push_front(std::move(first));
+    }
     respond_stream(call, res);
   } else {
     respond_complete(call, res);
@@ -235,7 +249,7 @@ void ApiServer::respond_complete(const std::shared_ptr<Call>& call, httplib::Res
     call->result.finish_reason = e.finish_reason;
     call->result.prompt_tokens = e.prompt_tokens;
     call->result.completion_tokens = e.completion_tokens;
-    res.set_content(openai::completion_response(call->request, options_.model_id, call->created, call->result).dump(),
+    res.set_content(dump(openai::completion_response(call->request, options_.model_id, call->created, call->result)),
                     "application/json");
   }
   finish(*call, res.status);

@@ -3,9 +3,16 @@
 namespace tandem::gateway {
 
 void EngineBackend::set_client(std::shared_ptr<engine::EngineClient> client) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (client) reason_ = std::make_shared<std::string>();  // a new engine has no failure yet
-  client_ = std::move(client);
+  std::shared_ptr<engine::EngineClient> old;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (client) reason_ = std::make_shared<std::string>();  // a new engine has no failure yet
+    old = std::move(client_);
+    client_ = std::move(client);
+  }
+  // Destroyed outside the lock: its reader thread delivers final errors through callbacks that
+  // take the lock.
+  old.reset();
 }
 
 void EngineBackend::set_failure_reason(const std::string& why) {

@@ -60,8 +60,12 @@ Result<json> parse_request(const std::string& body, Endpoint endpoint, const std
   if (j.contains("n") && !j["n"].is_null() && (!j["n"].is_number_integer() || j["n"] != 1)) {
     return field_error("n", "must be 1 (one choice per request)");
   }
-  if (j.contains("stream_options") && !j["stream_options"].is_null() && !j["stream_options"].is_object()) {
-    return field_error("stream_options", "must be an object");
+  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+    if (!j["stream_options"].is_object()) return field_error("stream_options", "must be an object");
+    const json& so = j["stream_options"];
+    if (so.contains("include_usage") && !so["include_usage"].is_boolean() && !so["include_usage"].is_null()) {
+      return field_error("stream_options.include_usage", "must be a boolean");
+    }
   }
   TANDEM_RETURN_IF_ERROR(endpoint == Endpoint::chat ? check_messages(j) : check_prompt(j));
   return j;
@@ -93,7 +97,7 @@ std::string error_body(const Status& s, const std::string& param) {
   }
   json e = {{"message", s.message()}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)},
             {"code", code ? json(code) : json(nullptr)}};
-  return json{{"error", e}}.dump();
+  return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 void Accumulated::add(const GenerationEvent& d) {

@@ -189,12 +189,13 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.canary_interval = std::chrono::seconds(o.canary_interval_s);
   so.log = log;
   so.progress_tty = ::isatty(STDERR_FILENO) != 0;
+  auto started = std::make_unique<Supervisor>(so);
+  started->set_busy_probe([&api] { return api.in_flight(); });
+  TANDEM_RETURN_IF_ERROR(started->start());
   {
-    std::lock_guard<std::mutex> lock(sup_mutex);
-    supervisor = std::make_unique<Supervisor>(so);
-    supervisor->set_busy_probe([&api] { return api.in_flight(); });
+    std::lock_guard<std::mutex> lock(sup_mutex);  // /health reads it from now on
+    supervisor = std::move(started);
   }
-  TANDEM_RETURN_IF_ERROR(supervisor->start());
   backend = supervisor->backend();
 
   uint64_t watchdog_usec = 0;

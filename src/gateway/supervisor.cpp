@@ -1,6 +1,8 @@
 #include "gateway/supervisor.h"
 
+#include <linux/close_range.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -145,21 +147,37 @@ void Supervisor::tick() {
     connect_engine();
     return;
   }
-  if (!ready_to_canary) return;
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto since = Clock::now() - last_canary_;
-  // A freshly loaded engine is tried at once; a failing one every few seconds; a healthy one when
-  // idle, every canary_interval, because generation can die while every process looks alive.
-  bool due;
-  if (!engine_verified_ || state_ != "ready") {
-    due = last_canary_ < engine_started_ || since >= std::chrono::seconds(5);
-  } else {
-    due = (!in_flight_ || in_flight_() == 0) && since >= options_.canary_interval;
+  std::string failed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (engine_status_.state == "failed") failed = engine_status_.error;
+    if (kill_requested_) failed = last_error_;
   }
-  if (!due) return;
-  canary_running_ = true;
-  last_canary_ = Clock::now();
-  if (canary_thread_.joinable()) canary_thread_.join();  // finished: canary_running_ was false
+  if (!failed.empty()) {
+    // A failed load or a hung generation does not heal in place: restart with backoff.
+    kill_engine(failed, /*backoff=*/true);
+    set_state("degraded", failed);
+    return;
+  }
+  if (!ready_to_canary) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto since = Clock::now() - last_canary_;
+    // A freshly loaded engine is tried at once; a failing one every few seconds; a healthy one
+    // when idle, every canary_interval, because generation can die while every process looks alive.
+    bool due;
+    if (!engine_verified_ || state_ != "ready") {
+      due = last_canary_ < engine_started_ || since >= std::chrono::seconds(5);
+    } else {
+      due = (!in_flight_ || in_flight_() == 0) && since >= options_.canary_interval;
+    }
+    if (!due) return;
+    canary_running_ = true;
+    last_canary_ = Clock::now();
+  }
+  // The previous canary has finished (canary_running_ was false); joined without the lock, which
+  // its last steps take.
+  if (canary_thread_.joinable()) canary_thread_.join();
   canary_thread_ = std::thread([this] { start_canary(); });
 }
 
@@ -174,13 +192,18 @@ void Supervisor::spawn_engine() {
   if (options_.threads > 0) args.insert(args.end(), {"-t", std::to_string(options_.threads)});
   if (!options_.cuda_graphs) args.push_back("--no-cuda-graphs");
   ::unlink(socket_path_.c_str());
+  std::vector<char*> argv;  // built before fork: the child of a threaded process must not allocate
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the gateway
+    if (::getppid() != parent) ::_exit(1);
+    ::close_range(3, ~0U, 0);            // no inherited client or worker sockets
     ::execv(argv[0], argv.data());
-    std::fprintf(stderr, "tandem serve: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    static const char msg[] = "tandem serve: cannot run tandem-engine\n";
+    [[maybe_unused]] ssize_t n = ::write(2, msg, sizeof msg - 1);
     ::_exit(127);
   }
   std::string cmd;
@@ -214,8 +237,12 @@ void Supervisor::connect_engine() {
   if (!client.is_ok()) return;  // not listening yet: next tick
   std::shared_ptr<engine::EngineClient> c = std::move(client.value());
   backend_.set_client(c);
-  std::lock_guard<std::mutex> lock(mutex_);
-  engine_connected_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    engine_connected_ = true;
+  }
+  // The engine pushes status only on changes: ask once, in case it was ready before we connected.
+  c->status(2000);
 }
 
 void Supervisor::reap_engine() {
@@ -245,7 +272,7 @@ void Supervisor::reap_engine() {
   set_state("recovering", why);
 }
 
-void Supervisor::kill_engine(const std::string& why) {
+void Supervisor::kill_engine(const std::string& why, bool backoff) {
   int pid;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -263,12 +290,24 @@ void Supervisor::kill_engine(const std::string& why) {
   engine_connected_ = false;
   meter_.reset();
   last_error_ = "engine stopped: " + why;
-  restart_at_ = Clock::now();  // restart as soon as the workers are back
+  kill_requested_ = false;
+  // After a lost worker: restart as soon as every worker is back. After a failure of the engine
+  // itself: back off, so a model that cannot load is not reloaded in a loop.
+  restart_at_ = Clock::now() + (backoff ? backoff_ : std::chrono::seconds(0));
+  if (backoff) {
+    log("restarting the engine in " + std::to_string(backoff_.count()) + " s");
+    backoff_ = std::min(kMaxBackoff, backoff_ * 2);
+  }
   ++restarts_;
 }
 
 void Supervisor::start_canary() {
   auto client = backend_.client();
+  Clock::time_point engine;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    engine = engine_started_;
+  }
   auto done = std::make_shared<std::promise<std::string>>();
   auto future = done->get_future();
   std::string id;
@@ -292,22 +331,27 @@ void Supervisor::start_canary() {
   } else {
     failure = future.get();
   }
+  client.reset();
+  bool stale;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    canary_running_ = false;
-    if (failure.empty()) {
+    stale = engine != engine_started_;  // the engine was replaced meanwhile: this result is not its
+    if (!stale && failure.empty()) {
       engine_verified_ = true;
       backoff_ = std::chrono::seconds(1);
       last_error_.clear();
-    } else {
+    } else if (!stale) {
       last_error_ = "canary generation failed: " + failure;
+      // No token at all within the deadline: the engine (or a link under it) hangs; restart it.
+      if (failure.rfind("no token within", 0) == 0) kill_requested_ = true;
     }
   }
-  if (failure.empty()) {
-    set_state("ready", "a one-token generation went through the whole split");
-  } else {
-    set_state("degraded", "canary generation failed: " + failure);
+  if (!stale) {
+    if (failure.empty()) set_state("ready", "a one-token generation went through the whole split");
+    else set_state("degraded", "canary generation failed: " + failure);
   }
+  std::lock_guard<std::mutex> lock(mutex_);
+  canary_running_ = false;
 }
 
 void Supervisor::set_state(const std::string& state, const std::string& why) {

@@ -75,7 +75,7 @@ class Supervisor {
   void tick();
   bool all_links_up();
   void spawn_engine();
-  void kill_engine(const std::string& why);
+  void kill_engine(const std::string& why, bool backoff = false);
   void reap_engine();
   void connect_engine();
   void start_canary();
@@ -100,6 +100,7 @@ class Supervisor {
   engine::EngineStatus engine_status_;
   bool canary_running_ = false;
   bool engine_verified_ = false;  // this engine instance has passed a canary
+  bool kill_requested_ = false;   // the canary found the engine hung
   std::chrono::steady_clock::time_point last_canary_{}, restart_at_{}, engine_started_{};
   std::chrono::seconds backoff_{1};
   int restarts_ = 0;

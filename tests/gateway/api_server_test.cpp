@@ -231,6 +231,29 @@ TEST_F(ApiServerTest, MetricsCountRequestsAndTokens) {
   EXPECT_NE(m->body.find("tandem_tokens_total{kind=\"completion\"} 4"), std::string::npos);
 }
 
+TEST_F(ApiServerTest, NonUtf8PathsAndOddFieldTypesNeitherCrashNorLeakSlots) {
+  auto r = client_->Get("/%FF%FE");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  json null_stream = chat();
+  null_stream["stream"] = nullptr;
+  EXPECT_EQ(post("/v1/chat/completions", null_stream, key_)->status, 200);
+  json bad_usage = chat(true);
+  bad_usage["stream_options"] = {{"include_usage", "yes"}};
+  auto bad = post("/v1/chat/completions", bad_usage, key_);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(error_message(bad).find("include_usage"), std::string::npos);
+  EXPECT_EQ(server_->in_flight(), 0);
+}
+
+TEST_F(ApiServerTest, AStreamingRequestTheBackendRejectsGetsItsHttpStatus) {
+  backend_.fail_first = Status::invalid_argument("'max_tokens' must be at least 1, got -5");
+  auto r = post("/v1/chat/completions", chat(true), key_);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(error_message(r).find("max_tokens"), std::string::npos);
+  EXPECT_EQ(server_->in_flight(), 0);
+}
+
 TEST_F(ApiServerTest, InsecureModeNeedsNoKey) {
   ApiOptions o;
   o.auth = false;

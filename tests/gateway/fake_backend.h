@@ -19,6 +19,7 @@ class FakeBackend : public Backend {
   std::chrono::milliseconds delay{5};  // between words
   Status refuse;                       // when not ok, submit() fails with it
   Status fail_midway;                  // when not ok, sent as an error event after the first word
+  Status fail_first;                   // when not ok, sent as the only event (a rejected request)
 
   ~FakeBackend() override {
     for (auto& t : threads_) t.join();
@@ -56,6 +57,13 @@ class FakeBackend : public Backend {
 
  private:
   void run(const std::string& id, EventSink sink) {
+    if (!fail_first.is_ok()) {
+      GenerationEvent err;
+      err.type = GenerationEvent::Type::error;
+      err.error = fail_first;
+      sink(err);
+      return;
+    }
     uint64_t n = 0;
     for (const std::string& w : words) {
       std::this_thread::sleep_for(delay);
