@@ -17,11 +17,6 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 struct ContextDeleter { void operator()(llama_context* c) const { llama_free(c); } };
 struct SamplerDeleter { void operator()(llama_sampler* s) const { llama_sampler_free(s); } };
 
-std::string with_reason(const std::string& what) {
-  const std::string reason = take_last_llama_error();
-  return reason.empty() ? what : what + ": " + reason;
-}
-
 std::string piece(const llama_vocab* vocab, llama_token token) {
   char buf[256];
   const int n = llama_token_to_piece(vocab, token, buf, sizeof buf, 0, false);
@@ -55,7 +50,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   cp.n_threads_batch = threads;
   cp.no_perf = true;
   std::unique_ptr<llama_context, ContextDeleter> ctx(llama_init_from_model(model.get(), cp));
-  if (!ctx) return Status::resource_exhausted(with_reason(o.model + ": creating a context of " + std::to_string(o.n_ctx) + " tokens failed"));
+  if (!ctx) return Status::resource_exhausted(with_llama_reason(o.model + ": creating a context of " + std::to_string(o.n_ctx) + " tokens failed"));
 
   const llama_vocab* vocab = llama_model_get_vocab(model.get());
   std::vector<llama_token> prompt(o.prompt.size() + 8);
@@ -81,7 +76,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   t = Clock::now();
   llama_batch batch = llama_batch_get_one(prompt.data(), static_cast<int32_t>(prompt.size()));
   if (int rc = llama_decode(ctx.get(), batch); rc != 0) {
-    return Status::internal(with_reason("decoding the prompt failed (llama_decode returned " + std::to_string(rc) + ")"));
+    return Status::internal(with_llama_reason("decoding the prompt failed (llama_decode returned " + std::to_string(rc) + ")"));
   }
   Clock::time_point first_token;
   for (int i = 0; i < o.n_predict; ++i) {
@@ -96,7 +91,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
     if (i + 1 == o.n_predict) break;
     batch = llama_batch_get_one(&token, 1);
     if (int rc = llama_decode(ctx.get(), batch); rc != 0) {
-      return Status::internal(with_reason("decoding token " + std::to_string(i + 1) + " failed (llama_decode returned " + std::to_string(rc) + ")"));
+      return Status::internal(with_llama_reason("decoding token " + std::to_string(i + 1) + " failed (llama_decode returned " + std::to_string(rc) + ")"));
     }
   }
   if (!r.tokens.empty()) {

@@ -39,4 +39,9 @@ std::string take_last_llama_error() {
   return e;
 }
 
+std::string with_llama_reason(const std::string& what) {
+  const std::string reason = take_last_llama_error();
+  return reason.empty() ? what : what + ": " + reason;
+}
+
 }  // namespace tandem::engine

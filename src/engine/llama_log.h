@@ -11,4 +11,7 @@ void set_llama_verbosity(int level);
 // The last error line libllama or ggml logged on this process, "" if none; cleared by the call.
 std::string take_last_llama_error();
 
+// "what: <libllama's last error>", or just `what` when libllama logged none; takes the error.
+std::string with_llama_reason(const std::string& what);
+
 }  // namespace tandem::engine

@@ -20,11 +20,6 @@
 namespace tandem::engine {
 namespace {
 
-std::string with_reason(const std::string& what) {
-  const std::string reason = take_last_llama_error();
-  return reason.empty() ? what : what + ": " + reason;
-}
-
 bool is_rpc(ggml_backend_dev_t dev) {
   ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
   return reg != nullptr && std::strcmp(ggml_backend_reg_name(reg), "RPC") == 0;
@@ -90,7 +85,7 @@ Result<std::vector<ggml_backend_dev_t>> collect_devices(const Placement& p) {
     // Registers the server's devices with ggml (once per endpoint) after asking the server for them.
     ggml_backend_reg_t reg = ggml_backend_rpc_add_server(server.c_str());
     if (reg == nullptr || ggml_backend_reg_dev_count(reg) == 0) {
-      return Status::unavailable(with_reason("RPC server " + server + ": not reachable or offers no device"));
+      return Status::unavailable(with_llama_reason("RPC server " + server + ": not reachable or offers no device"));
     }
     for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) devices.push_back(ggml_backend_reg_dev_get(reg, i));
   }
@@ -154,7 +149,7 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
     mp.progress_callback_user_data = &progress;
   }
   ModelPtr model(llama_model_load_from_file(o.model.c_str(), mp));
-  if (!model) return Status::invalid_argument(with_reason(o.model + ": loading the model failed"));
+  if (!model) return Status::invalid_argument(with_llama_reason(o.model + ": loading the model failed"));
   return model;
 }
 

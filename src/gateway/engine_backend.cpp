@@ -6,7 +6,7 @@ void EngineBackend::set_client(std::shared_ptr<engine::EngineClient> client) {
   std::shared_ptr<engine::EngineClient> old;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (client) reason_ = std::make_shared<std::string>();  // a new engine has no failure yet
+    if (client) reason_.clear();  // a new engine has no failure yet
     old = std::move(client_);
     client_ = std::move(client);
   }
@@ -17,7 +17,7 @@ void EngineBackend::set_client(std::shared_ptr<engine::EngineClient> client) {
 
 void EngineBackend::set_failure_reason(const std::string& why) {
   std::lock_guard<std::mutex> lock(mutex_);
-  reason_ = std::make_shared<std::string>(why);
+  reason_ = why;
 }
 
 std::shared_ptr<engine::EngineClient> EngineBackend::client() {
@@ -80,7 +80,7 @@ Status EngineBackend::submit(const GenerationRequest& request, EventSink sink) {
                      GenerationEvent g = convert(e);
                      if (g.type == GenerationEvent::Type::error && g.error.code() == StatusCode::unavailable) {
                        std::lock_guard<std::mutex> lock(mutex_);
-                       if (!reason_->empty()) g.error = Status::unavailable(*reason_ + " (" + g.error.message() + ")");
+                       if (!reason_.empty()) g.error = Status::unavailable(reason_ + " (" + g.error.message() + ")");
                      }
                      sink(g);
                    });

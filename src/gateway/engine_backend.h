@@ -29,7 +29,7 @@ class EngineBackend : public Backend {
  private:
   std::mutex mutex_;
   std::shared_ptr<engine::EngineClient> client_;  // guarded by mutex_
-  std::shared_ptr<std::string> reason_ = std::make_shared<std::string>();  // guarded by mutex_
+  std::string reason_;  // guarded by mutex_
 };
 
 }  // namespace tandem::gateway
