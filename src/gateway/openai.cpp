@@ -50,6 +50,9 @@ Result<json> parse_request(const std::string& body, Endpoint endpoint, const std
     j = json::parse(body);
   } catch (const json::parse_error& e) {
     return Status::invalid_argument("request body is not valid JSON (at byte " + std::to_string(e.byte) + "): " + e.what());
+  } catch (const json::exception& e) {
+    // Valid syntax the parser still refuses, e.g. a number out of a double's range ("1e400").
+    return Status::invalid_argument(std::string("request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) return Status::invalid_argument("request body must be a JSON object");
   if (!j.contains("model") || !j["model"].is_string()) return field_error("model", "is required and must be a string");

@@ -158,6 +158,17 @@ TEST_F(ApiServerTest, BadRequestsNameThePositionOrField) {
   EXPECT_EQ(big->status, 413);
 }
 
+// Found by fuzzing (tests/fuzz/openai_request_fuzz.cpp): a number beyond a double's range is valid
+// JSON syntax that nlohmann-json refuses with an out_of_range exception, not a parse_error; it
+// used to reach the HTTP library's exception handler and come back as a 500.
+TEST_F(ApiServerTest, ANumberOutOfRangeIsA400NotA500) {
+  auto r = client_->Post("/v1/chat/completions", auth(key_),
+                         R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"temperature":1e400})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(error_message(r).find("not valid JSON"), std::string::npos) << r->body;
+}
+
 TEST_F(ApiServerTest, NotAcceptingGives503WithRetryAfterAndState) {
   health_.state = "recovering";
   health_.accepting = false;
