@@ -1,6 +1,8 @@
 #include "engine/protocol.h"
 
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 namespace tandem::engine {
 namespace {
@@ -10,6 +12,30 @@ using json = nlohmann::json;
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 const char* kind_name(RequestKind k) { return k == RequestKind::chat ? "chat" : "completion"; }
+
+// An integer that fits T. nlohmann's get<T>() and value() convert a float such as 1e30 with a
+// plain cast, which is undefined behaviour outside T's range (found by fuzzing); here anything
+// but an integer that fits is the peer's error, thrown for decode_* to catch.
+template <typename T>
+T int_value(const json& v, const char* name) {
+  bool fits = false;
+  if (v.is_number_unsigned()) {
+    fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  } else if (v.is_number_integer()) {
+    const int64_t x = v.get<int64_t>();
+    fits = x >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+           (x < 0 || static_cast<uint64_t>(x) <= static_cast<uint64_t>(std::numeric_limits<T>::max()));
+  }
+  if (!fits) throw std::invalid_argument(std::string("'") + name + "' must be an integer in range, got " + v.dump());
+  return v.is_number_unsigned() ? static_cast<T>(v.get<uint64_t>()) : static_cast<T>(v.get<int64_t>());
+}
+
+// The same for an optional field: `fallback` when absent or null.
+template <typename T>
+T int_field(const json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? fallback : int_value<T>(*it, key);
+}
 
 StatusCode code_from_wire(const std::string& s) {
   if (s == "invalid_argument") return StatusCode::invalid_argument;
@@ -34,12 +60,12 @@ EngineStatus status_from(const json& j) {
   s.state = j.value("state", "");
   const json load = j.value("load", json::object()), slots = j.value("slots", json::object());
   s.load.fraction = load.value("fraction", 0.0);
-  s.load.bytes = load.value("bytes", uint64_t{0});
-  s.load.total_bytes = load.value("total_bytes", uint64_t{0});
+  s.load.bytes = int_field(load, "bytes", uint64_t{0});
+  s.load.total_bytes = int_field(load, "total_bytes", uint64_t{0});
   s.load.rate = load.value("rate", 0.0);
-  s.slots_busy = slots.value("busy", 0);
-  s.slots_total = slots.value("total", 0);
-  s.waiting = slots.value("waiting", 0);
+  s.slots_busy = int_field(slots, "busy", 0);
+  s.slots_total = int_field(slots, "total", 0);
+  s.waiting = int_field(slots, "waiting", 0);
   s.tokens_per_s = j.value("tokens_per_s", 0.0);
   s.error = j.value("error", "");
   return s;
@@ -160,14 +186,16 @@ static Result<EngineEvent> decode_event_json(std::string_view line) {
     e.text = j.value("text", "");
     e.reasoning = j.value("reasoning", "");
     for (const json& c : j.value("tool_calls", json::array())) {
-      e.tool_calls.push_back({c.value("index", 0), c.value("id", ""), c.value("name", ""), c.value("arguments", "")});
+      e.tool_calls.push_back({int_field(c, "index", 0), c.value("id", ""), c.value("name", ""), c.value("arguments", "")});
     }
   } else if (type == "done") {
     e.type = EngineEvent::Type::done;
     e.finish_reason = j.value("finish_reason", "");
     const json u = j.value("usage", json::object());
-    e.usage = {u.value("prompt_tokens", 0), u.value("completion_tokens", 0), u.value("cached_tokens", 0)};
-    e.tokens = j.value("tokens", std::vector<int32_t>());
+    e.usage = {int_field(u, "prompt_tokens", 0), int_field(u, "completion_tokens", 0), int_field(u, "cached_tokens", 0)};
+    for (const json& t : j.value("tokens", json::array())) {
+      e.tokens.push_back(int_value<int32_t>(t, "tokens"));
+    }
   } else if (type == "error") {
     e.type = EngineEvent::Type::error;
     e.code = code_from_wire(j.value("code", ""));

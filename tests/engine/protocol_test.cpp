@@ -37,6 +37,28 @@ TEST(Protocol, MalformedRequestsAreErrorsThatSayWhy) {
   }
 }
 
+// Found by fuzzing (tests/fuzz/engine_protocol_fuzz.cpp): numbers that do not fit their field
+// were converted with a plain cast (undefined behaviour); they are errors now.
+TEST(Protocol, NumbersOutOfRangeAreErrorsNotCasts) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"event":"done","id":"r1","tokens":[7777777777777777777777777771,2]})", "'tokens' must be an integer in range"},
+      {R"({"event":"done","id":"r1","tokens":[4294967296]})", "'tokens'"},
+      {R"({"event":"done","id":"r1","usage":{"prompt_tokens":1e30}})", "'prompt_tokens'"},
+      {R"({"event":"delta","id":"r1","tool_calls":[{"index":-1e300}]})", "'index'"},
+      {R"({"event":"status","state":"loading","load":{"bytes":-1}})", "'bytes'"},
+      {R"({"event":"status","state":"ready","slots":{"busy":2.5}})", "'busy'"},
+  };
+  for (const auto& [line, why] : cases) {
+    auto e = decode_event(line);
+    ASSERT_FALSE(e.is_ok()) << line;
+    EXPECT_NE(e.status().message().find(why), std::string::npos) << line << " -> " << e.status().message();
+  }
+  auto ok = decode_event(R"({"event":"done","id":"r1","usage":{"prompt_tokens":3,"completion_tokens":null},"tokens":[-5,7]})");
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  EXPECT_EQ(ok->usage.prompt_tokens, 3);
+  EXPECT_EQ(ok->tokens, (std::vector<int32_t>{-5, 7}));
+}
+
 TEST(Protocol, EventsRoundTrip) {
   EngineEvent d;
   d.type = EngineEvent::Type::delta;
