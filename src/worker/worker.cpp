@@ -31,6 +31,9 @@ std::string utc_now() {
   return buf;
 }
 
+// "10.0.0.1:7070" -> "10.0.0.1" (IPv6 "[::1]:7070" -> "[::1]").
+std::string host_of(const std::string& address) { return address.substr(0, address.rfind(':')); }
+
 }  // namespace
 
 Worker::Worker(WorkerOptions options, link::Secret secret)
@@ -153,9 +156,20 @@ link::Verdict Worker::admit(const link::PeerInfo& peer, int peer_fd) {
                                                 child_state_name(child_.info().state) + "; try again shortly"};
   }
   std::unique_lock<std::mutex> lock(mutex_);
+  // The same head (name and host) dialling again means that it has given up its old session:
+  // its forwarder runs one rpc session at a time. After a pulled cable that session can look
+  // alive here for half a minute (nothing tells us the head closed it), and refusing the head as
+  // busy meanwhile kept the cluster down long after the cable was back: replace it.
+  const bool same_head = rpc_busy_ && peer.name == head_name_ && host_of(peer.address) == host_of(head_address_);
+  if (same_head && !head_hung_up()) {
+    link::log_line("worker: head '" + peer.name + "' reconnected; ending its previous rpc session (" + head_address_ + ")");
+    ::shutdown(head_fd_, SHUT_RDWR);
+  }
   // A head that just closed its session may reconnect before our splice has noticed; wait for
-  // that slot briefly, never for a live one.
-  if (rpc_busy_ && head_hung_up()) rpc_free_.wait_for(lock, std::chrono::seconds(2), [&] { return !rpc_busy_ || stopping_; });
+  // that slot briefly, never for another head's live one.
+  if (rpc_busy_ && (same_head || head_hung_up())) {
+    rpc_free_.wait_for(lock, std::chrono::seconds(2), [&] { return !rpc_busy_ || stopping_; });
+  }
   if (rpc_busy_) {
     return {link::VerdictCode::busy, "worker '" + options_.handshake.name + "' already serves head '" + head_name_ + "' (" +
                                          head_address_ + ") since " + head_since_ + "; one head at a time"};

@@ -130,6 +130,28 @@ TEST(Worker, ASecondHeadIsRefusedNamingTheFirst) {
   EXPECT_TRUE(link::client_handshake(third.get(), secret, link::Role::rpc, named("head-b"), "worker box-b").is_ok());
 }
 
+// Found by the fault suite (link cut during load): after a pulled cable the head's old rpc
+// session still looked alive to the worker, which refused the same head's new sessions as busy
+// until TCP gave up on the old one, and the cluster stayed down ~10 s after the cable was back.
+TEST(Worker, TheSameHeadReconnectingReplacesItsStaleSession) {
+  ScratchDir dir;
+  const link::Secret secret = make_secret(dir.file("cluster.key"));
+  WorkerProcess w(dir, "box-b", dir.file("cluster.key"));
+  ASSERT_TRUE(w.up()) << w.log();
+  link::Fd stale = dial(w);  // stays open: to the worker it is a live session
+  ASSERT_TRUE(link::client_handshake(stale.get(), secret, link::Role::rpc, named("head-a"), "worker box-b").is_ok());
+  link::Fd again = dial(w);
+  auto r = link::client_handshake(again.get(), secret, link::Role::rpc, named("head-a"), "worker box-b");
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_TRUE(closed_by_peer(stale.get(), 5000)) << "the stale session was not ended";
+  EXPECT_TRUE(w.wait_log("head 'head-a' reconnected; ending its previous rpc session")) << w.log();
+  // Another head is still refused while head-a holds the worker.
+  link::Fd other = dial(w);
+  auto o = link::client_handshake(other.get(), secret, link::Role::rpc, named("head-b"), "worker box-b");
+  ASSERT_FALSE(o.is_ok());
+  EXPECT_NE(o.status().message().find("already serves head 'head-a'"), std::string::npos) << o.status().message();
+}
+
 TEST(Worker, AKilledRpcServerIsReportedAndRestarted) {
   ScratchDir dir;
   const link::Secret secret = make_secret(dir.file("cluster.key"));
