@@ -127,7 +127,18 @@ Status read_tensors(const gguf_context* ctx, int split, const std::string& path,
     t.name = gguf_get_tensor_name(ctx, i);
     t.type = gguf_get_tensor_type(ctx, i);
     const int64_t* ne = gguf_get_tensor_ne(ctx, i);
-    for (int d = 0; d < 4; ++d) t.ne[d] = ne[d];
+    // ggml's reader checks that the element count fits in int64 only after multiplying the
+    // dimensions, and a product that wrapped to zero or below skips its check (found by fuzzing);
+    // such a tensor would overflow every size computed from it here, so it is refused.
+    int64_t elements = 1;
+    for (int d = 0; d < 4; ++d) {
+      t.ne[d] = ne[d];
+      if (ne[d] < 0 || __builtin_mul_overflow(elements, ne[d], &elements)) {
+        return Status::invalid_argument(path + ": tensor '" + t.name + "' has a shape whose element count does not fit in 64 bits (" +
+                                        std::to_string(ne[0]) + " x " + std::to_string(ne[1]) + " x " + std::to_string(ne[2]) +
+                                        " x " + std::to_string(ne[3]) + ")");
+      }
+    }
     t.bytes = gguf_get_tensor_size(ctx, i);
     t.layer = layer_of(t.name);
     t.split = split;

@@ -173,6 +173,42 @@ TEST(ModelInfo, CorruptFilesGiveAMessageNamingTheFile) {
   }
 }
 
+// A GGUF v3 with one F32 tensor of the given shape, written byte by byte.
+std::string gguf_with_shape(const std::vector<uint64_t>& ne) {
+  std::string b = "GGUF";
+  auto u32 = [&](uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); };
+  auto u64 = [&](uint64_t v) { b.append(reinterpret_cast<const char*>(&v), 8); };
+  auto str = [&](const std::string& v) { u64(v.size()); b += v; };
+  u32(3);  // version
+  u64(1);  // tensors
+  u64(2);  // key-value pairs
+  str("general.architecture");
+  u32(8);  // GGUF_TYPE_STRING
+  str("llama");
+  str("llama.block_count");
+  u32(4);  // GGUF_TYPE_UINT32
+  u32(1);
+  str("blk.0.attn_q.weight");
+  u32(static_cast<uint32_t>(ne.size()));
+  for (uint64_t n : ne) u64(n);
+  u32(0);  // GGML_TYPE_F32
+  u64(0);  // offset
+  b.append((32 - b.size() % 32) % 32, '\0');
+  return b;
+}
+
+// Found by fuzzing (tests/fuzz/gguf_fuzz.cpp): ggml's reader multiplies the dimensions before it
+// checks that the product fits, and a product that wraps to zero skips its check; the element
+// count then overflowed here.
+TEST(ModelInfo, AShapeWhoseElementCountOverflowsIsRefused) {
+  ScratchDir dir;
+  const std::string path = dir.file("overflow.gguf");
+  write_file(path, gguf_with_shape({uint64_t{1} << 40, uint64_t{1} << 40}));  // 2^80 wraps to 0
+  auto r = read_model_info(path);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("does not fit in 64 bits"), std::string::npos) << r.status().message();
+}
+
 TEST(ModelInfo, MissingFileIsNotFound) {
   ScratchDir dir;
   auto r = read_model_info(dir.file("nope.gguf"));
