@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test bench clean
+.PHONY: all deps build demo test bench faults fuzz load clean
 
 all: build
 
@@ -27,6 +27,20 @@ bench: build
 	$(BUILD)/tandem synth --preset tiny -o $(BUILD)/bench-tiny.gguf >/dev/null
 	BENCH_ARGS="--runs 3 --gen-tokens 64 --prefill-tokens 128,512 --ttft-tokens 128" CONTEXT=2048 \
 	  MACHINE=$${MACHINE:-$$(hostname)-cpu} bench/compare.sh $(BUILD) $(BUILD)/bench-tiny.gguf 2
+
+# Reliability suites (docs/reliability.md); each prints its figures and fails on a broken promise.
+# faults: every fault case 10 times (root: network namespaces); fuzz: 1M executions per target
+# under ASan + UBSan (installs clang if missing); load: 64 clients for 5 minutes on loopback.
+faults: build
+	cd $(BUILD) && TANDEM_FAULT_REPORT=$(CURDIR)/$(BUILD)/faults.md tests/faults/faults_test \
+	  --gtest_also_run_disabled_tests --gtest_filter=Faults.DISABLED_Suite
+
+fuzz: deps
+	scripts/fuzz.sh $(CURDIR)/$(BUILD)-fuzz
+
+load: build
+	cd $(BUILD) && TANDEM_LOAD_REPORT=$(CURDIR)/$(BUILD)/load.txt tests/load/load_test \
+	  --gtest_also_run_disabled_tests --gtest_filter=Load.DISABLED_Full
 
 clean:
 	rm -rf $(BUILD)
