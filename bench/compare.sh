@@ -32,10 +32,11 @@ trap 'stop_all; rm -rf "$work"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_ready() {  # url; prints seconds from now until /health is ready
   local t0=$(date +%s.%N)
-  for _ in $(seq 6000); do
+  for _ in $(seq 3000); do
     if curl -sf "$1/health" 2>/dev/null | grep -q -E '"status":"ok"|"state":"ready"'; then
       python3 -c "import time; print(round(time.time() - $t0, 2))"; return 0
     fi
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { echo "a process of $1 exited while loading (logs: $work)" >&2; tail -20 "$work"/*.log >&2; return 1; }; done
     sleep 0.1
   done
   echo "not ready: $1" >&2; return 1

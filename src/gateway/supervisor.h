@@ -76,6 +76,9 @@ class Supervisor {
   bool all_links_up();
   void spawn_engine();
   void kill_engine(const std::string& why, bool backoff = false);
+  // Asks each worker for its cache listing and writes it beside the engine's socket: the
+  // engine's --worker-cache arguments (none for a worker without cache or answer).
+  std::vector<std::string> cache_listing_args();
   void reap_engine();
   void connect_engine();
   void start_canary();

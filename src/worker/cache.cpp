@@ -16,26 +16,9 @@ namespace fs = std::filesystem;
 
 namespace tandem::worker {
 
-uint64_t fnv1a(const void* data, size_t n, uint64_t hash) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    hash ^= p[i];
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
-std::string hash_name(uint64_t hash) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(hash));
-  return buf;
-}
-
 namespace {
 
-bool is_hash_name(const std::string& n) {
-  return n.size() == 16 && n.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
+bool is_hash_name(const std::string& n) { return parse_hash_name(n).has_value(); }
 
 // Reads `bytes` at `offset` of `path` in chunks, hashing and optionally copying them to `out_fd`.
 Result<uint64_t> hash_range(int fd, const std::string& path, uint64_t offset, uint64_t bytes, int out_fd) {

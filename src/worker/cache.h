@@ -16,16 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "common/cached_tensor.h"
 #include "common/status.h"
 
 namespace tandem::worker {
 
-// ggml's threshold: tensors strictly larger than this are looked up by hash.
-constexpr uint64_t kHashThreshold = 10ull * 1024 * 1024;
-
-// FNV-1a, 64 bit, as ggml's RPC computes it. `seed` chains calls over consecutive chunks.
-uint64_t fnv1a(const void* data, size_t n, uint64_t seed = 0xcbf29ce484222325ULL);
-std::string hash_name(uint64_t hash);  // 16 lowercase hex digits
+using tandem::fnv1a;
+using tandem::hash_name;
+using tandem::kHashThreshold;
 
 struct CacheEntry {
   std::string name;       // file name (the hash)

@@ -13,7 +13,7 @@
 #include "common/units.h"
 #include "link/control.h"
 #include "link/log.h"
-#include "link/splice.h"
+#include "worker/rpc_splice.h"
 #include "worker/cache.h"
 #include "worker/devices.h"
 
@@ -190,16 +190,25 @@ std::string Worker::serve_rpc(int fd, const link::PeerInfo& peer) {
   }
   const uint64_t in0 = bytes_from_head_, out0 = bytes_to_head_;
   const auto t0 = std::chrono::steady_clock::now();
-  link::splice(fd, child->get(), &bytes_from_head_, &bytes_to_head_);
+  RpcSpliceOptions so;
+  so.cache_dir = options_.rpc.cache_dir;
+  so.from_head = &bytes_from_head_;
+  so.to_head = &bytes_to_head_;
+  const RpcSpliceResult spliced = rpc_splice(fd, child->get(), so);
+  if (!spliced.error.empty()) link::log_line("worker: rpc session from " + peer.name + " cut: " + spliced.error);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     live_fds_.erase(child->get());
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  char buf[160];
+  char buf[200];
   std::snprintf(buf, sizeof buf, "session ended after %.1f s, %s from the head, %s to it", secs,
                 format_bytes(bytes_from_head_ - in0).c_str(), format_bytes(bytes_to_head_ - out0).c_str());
-  return buf;
+  std::string out = buf;
+  if (spliced.cached_loads > 0) {
+    out += ", " + std::to_string(spliced.cached_loads) + " weights (" + format_bytes(spliced.cached_bytes) + ") loaded from the cache";
+  }
+  return out;
 }
 
 std::string Worker::serve_control(int fd) {
@@ -228,9 +237,12 @@ std::string Worker::serve_control(int fd) {
     } else if (op == "status") {
       rsp["ok"] = true;
       rsp["result"] = status();
+    } else if (op == "cache") {
+      rsp["ok"] = true;
+      rsp["result"] = cache_listing();
     } else {
       rsp["ok"] = false;
-      rsp["error"] = "unknown op '" + op + "' (known: status, ping)";
+      rsp["error"] = "unknown op '" + op + "' (known: status, ping, cache)";
     }
     std::lock_guard<std::mutex> lock(control->write_mutex);
     if (Status s = link::write_json(fd, rsp, link::deadline_in(link::Millis(5000))); !s.is_ok()) {
@@ -265,6 +277,18 @@ void Worker::enforce_cache_limit_now() {
     link::log_line("worker: weight cache over " + format_bytes(options_.cache_max_bytes) + ": evicted " +
                    format_bytes(removed.value()) + " of least recently used entries");
   }
+}
+
+nlohmann::json Worker::cache_listing() const {
+  nlohmann::json entries = nlohmann::json::array();
+  const std::string& dir = options_.rpc.cache_dir;
+  if (!dir.empty()) {
+    auto list = list_cache(dir);
+    if (list.is_ok()) {
+      for (const auto& e : list.value()) entries.push_back({e.name, e.bytes});
+    }
+  }
+  return {{"dir", dir}, {"entries", entries}};
 }
 
 nlohmann::json Worker::status() const {

@@ -55,6 +55,8 @@ class Worker {
 
   uint16_t port() const { return port_; }
   nlohmann::json status() const;  // the "status" answer of the control channel
+  // The "cache" answer: {"dir", "entries": [[hash name, bytes], ...]} (empty without a cache).
+  nlohmann::json cache_listing() const;
 
  private:
   struct Control {
