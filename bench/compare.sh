@@ -55,14 +55,14 @@ start_config() {  # name; sets url, load_s
   url="http://127.0.0.1:$port"
   case "$name" in
     single)
-      "$llama_bin/llama-server" -m "$model" -ngl "${NGL:-99}" -c "$context" -np 4 --fit off -fa on --no-warmup --port "$port" \
+      "$llama_bin/llama-server" -m "$model" -ngl "${NGL:-99}" -c $((context * 4)) -np 4 --fit off -fa on --no-warmup --port "$port" \
         --alias bench >"$work/$name.log" 2>&1 & pids+=($!) ;;
     stock-split|stock-split-graphs)
       local env=()
       [ "$name" = stock-split ] && env=(GGML_CUDA_DISABLE_GRAPHS=1)
       env "${env[@]}" "$llama_bin/ggml-rpc-server" -H 127.0.0.1 -p "$rport" >"$work/$name-rpc.log" 2>&1 & pids+=($!)
       sleep 1
-      env "${env[@]}" "$llama_bin/llama-server" -m "$model" "${stock_split[@]}" -c "$context" -np 4 --fit off -fa on --no-warmup --port "$port" \
+      env "${env[@]}" "$llama_bin/llama-server" -m "$model" "${stock_split[@]}" -c $((context * 4)) -np 4 --fit off -fa on --no-warmup --port "$port" \
         --rpc 127.0.0.1:$rport --alias bench >"$work/$name.log" 2>&1 & pids+=($!) ;;
     tandem-split|tandem-cold)
       [ "$name" = tandem-cold ] && rm -rf "$work/worker-cache"
