@@ -136,6 +136,7 @@ void register_worker(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(100, 600000));
   cmd->add_flag("--no-cuda-graphs", f.no_graphs, "Run the RPC server with CUDA graphs off");
   cmd->add_flag("--no-private-netns", f.no_netns, "Do not isolate the RPC server in a private network namespace");
+  add_log_format_option(cmd);
   add_seed(cmd);
   add_cache(cmd);
   add_rpc_server(cmd);

@@ -16,7 +16,7 @@
 #include "gateway/keys.h"
 #include "gateway/supervisor.h"
 #include "link/control.h"
-#include "link/log.h"
+#include "common/log.h"
 #include "plan/model_info.h"
 #include "plan/plan_config.h"
 #include "plan/plan_report.h"
@@ -26,7 +26,7 @@
 namespace tandem::gateway {
 namespace {
 
-void log(const std::string& line) { link::log_line("serve: " + line); }
+void log(const std::string& line) { log::info("serve", line); }
 
 // Replaces the solver's split with one layer count per node (head first). Each worker must offer
 // one device; the head's share goes to its GPU when it has one, else to its CPU.
@@ -188,7 +188,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.cuda_graphs = o.cuda_graphs;
   so.canary_interval = std::chrono::seconds(o.canary_interval_s);
   so.log = log;
-  so.progress_tty = ::isatty(STDERR_FILENO) != 0;
+  so.progress_tty = ::isatty(STDERR_FILENO) != 0 && log::format() == log::Format::text;
   auto started = std::make_unique<Supervisor>(so);
   started->set_busy_probe([&api] { return api.in_flight(); });
   TANDEM_RETURN_IF_ERROR(started->start());

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <future>
 
+#include "common/log.h"
+
 namespace tandem::gateway {
 namespace {
 
@@ -191,6 +193,7 @@ void Supervisor::spawn_engine() {
   if (!options_.device_layers.empty()) args.insert(args.end(), {"--layer-split", join(options_.device_layers)});
   if (options_.threads > 0) args.insert(args.end(), {"-t", std::to_string(options_.threads)});
   if (!options_.cuda_graphs) args.push_back("--no-cuda-graphs");
+  if (log::format() == log::Format::json) args.insert(args.end(), {"--log-format", "json"});
   ::unlink(socket_path_.c_str());
   std::vector<char*> argv;  // built before fork: the child of a threaded process must not allocate
   for (auto& a : args) argv.push_back(a.data());

@@ -10,9 +10,9 @@
 #include <ctime>
 
 #include "common/build_info.h"
+#include "common/log.h"
 #include "common/units.h"
 #include "link/control.h"
-#include "link/log.h"
 #include "link/splice.h"
 #include "worker/cache.h"
 #include "worker/devices.h"
@@ -41,7 +41,7 @@ Worker::~Worker() { stop(); }
 
 Status Worker::start() {
   child_.on_event([this](const std::string& event, const std::string& detail) {
-    link::log_line("worker: " + detail);
+    log::info("worker", detail);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       last_event_ = detail;
@@ -50,7 +50,7 @@ Status Worker::start() {
   });
   TANDEM_RETURN_IF_ERROR(child_.start());
   const RpcChildInfo info = child_.info();
-  link::log_line("worker: RPC server started (pid " + std::to_string(info.pid) + "); " + info.isolation);
+  log::info("worker", "RPC server started (pid " + std::to_string(info.pid) + "); " + info.isolation);
   enforce_cache_limit_now();
   auto l = link::listen_tcp(options_.listen);
   if (!l.is_ok()) {
@@ -61,7 +61,7 @@ Status Worker::start() {
   port_ = link::local_port(listener_.get());
   if (::pipe2(wake_, O_CLOEXEC) != 0) return Status::internal("pipe failed");
   accept_thread_ = std::thread(&Worker::accept_loop, this);
-  link::log_line("worker '" + options_.handshake.name + "': listening on " +
+  log::info("worker", "'" + options_.handshake.name + "': listening on " +
                  link::Endpoint{options_.listen.host, port_}.to_string());
   return Status::ok();
 }
@@ -98,7 +98,7 @@ void Worker::accept_loop() {
     // Unauthenticated peers cost a thread each for up to three handshake deadlines: bound them.
     if (handshaking_.load() >= kMaxHandshakes) {
       ++refused_;
-      link::log_line("connection from " + link::peer_address(fd) + ": role ?: refused: " +
+      log::info("worker", "connection from " + link::peer_address(fd) + ": role ?: refused: " +
                      std::to_string(kMaxHandshakes) + " handshakes already in progress");
       ::close(fd);
       continue;
@@ -124,7 +124,7 @@ void Worker::serve(int raw_fd) {
                           (seen.name.empty() ? "" : ", peer '" + seen.name + "'");
   if (!peer.is_ok()) {
     ++refused_;
-    link::log_line(who + ": refused: " + peer.status().message());
+    log::info("worker", who + ": refused: " + peer.status().message());
   } else {
     ++accepted_;
     std::string outcome;
@@ -134,7 +134,7 @@ void Worker::serve(int raw_fd) {
     } else {
       outcome = serve_control(fd.get());
     }
-    link::log_line(who + ": accepted; " + outcome);
+    log::info("worker", who + ": accepted; " + outcome);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   live_fds_.erase(fd.get());
@@ -262,7 +262,7 @@ void Worker::enforce_cache_limit_now() {
   if (dir.empty() || options_.cache_max_bytes == 0) return;
   auto removed = enforce_cache_limit(dir, options_.cache_max_bytes);
   if (removed.is_ok() && removed.value() > 0) {
-    link::log_line("worker: weight cache over " + format_bytes(options_.cache_max_bytes) + ": evicted " +
+    log::info("worker", "weight cache over " + format_bytes(options_.cache_max_bytes) + ": evicted " +
                    format_bytes(removed.value()) + " of least recently used entries");
   }
 }
@@ -313,9 +313,9 @@ Status run_worker(const WorkerOptions& options, link::Secret secret) {
   TANDEM_RETURN_IF_ERROR(worker.start());
   int sig = 0;
   ::sigwait(&set, &sig);
-  link::log_line(std::string("worker: ") + strsignal(sig) + ": stopping");
+  log::info("worker", std::string(strsignal(sig)) + ": stopping");
   worker.stop();
-  link::log_line("worker: stopped");
+  log::info("worker", "stopped");
   return Status::ok();
 }
 
