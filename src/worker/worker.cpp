@@ -11,8 +11,10 @@
 
 #include "common/build_info.h"
 #include "common/log.h"
+#include "common/systemd_notify.h"
 #include "common/units.h"
 #include "link/control.h"
+#include "link/probe.h"
 #include "link/splice.h"
 #include "worker/cache.h"
 #include "worker/devices.h"
@@ -60,6 +62,7 @@ Status Worker::start() {
   listener_ = std::move(l.value());
   port_ = link::local_port(listener_.get());
   if (::pipe2(wake_, O_CLOEXEC) != 0) return Status::internal("pipe failed");
+  accepting_ = true;
   accept_thread_ = std::thread(&Worker::accept_loop, this);
   log::info("worker", "'" + options_.handshake.name + "': listening on " +
                  link::Endpoint{options_.listen.host, port_}.to_string());
@@ -87,7 +90,13 @@ void Worker::stop() {
   }
 }
 
+bool Worker::healthy() const { return accepting_ && !stopping_; }
+
 void Worker::accept_loop() {
+  struct Done {
+    std::atomic<bool>& flag;
+    ~Done() { flag = false; }
+  } done{accepting_};
   while (!stopping_) {
     pollfd p[2] = {{listener_.get(), POLLIN, 0}, {wake_[0], POLLIN, 0}};
     if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
@@ -131,6 +140,8 @@ void Worker::serve(int raw_fd) {
     if (peer->role == link::Role::rpc) {
       outcome = serve_rpc(fd.get(), peer.value());
       release_rpc();
+    } else if (peer->role == link::Role::probe) {
+      outcome = link::serve_probe(fd.get(), options_.control_idle);
     } else {
       outcome = serve_control(fd.get());
     }
@@ -286,7 +297,7 @@ nlohmann::json Worker::status() const {
   j["devices"] = devices;
   j["rpc_server"] = {{"state", child_state_name(child.state)}, {"pid", child.pid},
                      {"restarts", child.starts > 0 ? child.starts - 1 : 0}, {"last_exit", child.last_exit},
-                     {"isolated", child.isolated}, {"isolation", child.isolation},
+                     {"isolated", child.isolated}, {"isolation", child.isolation}, {"port", child.port},
                      {"cuda_graphs", options_.rpc.cuda_graphs}};
   j["bytes"] = {{"from_head", bytes_from_head_.load()}, {"to_head", bytes_to_head_.load()}};
   j["connections"] = {{"accepted", accepted_.load()}, {"refused", refused_.load()}};
@@ -311,9 +322,14 @@ Status run_worker(const WorkerOptions& options, link::Secret secret) {
   ::signal(SIGPIPE, SIG_IGN);
   Worker worker(options, std::move(secret));
   TANDEM_RETURN_IF_ERROR(worker.start());
+  systemd::notify_ready("listening on port " + std::to_string(worker.port()));
+  systemd::WatchdogPinger watchdog;
+  watchdog.start([&worker] { return worker.healthy(); });
   int sig = 0;
   ::sigwait(&set, &sig);
   log::info("worker", std::string(strsignal(sig)) + ": stopping");
+  systemd::notify_stopping();
+  watchdog.stop();
   worker.stop();
   log::info("worker", "stopped");
   return Status::ok();
