@@ -8,9 +8,7 @@
 #include "worker/devices.h"
 
 namespace tandem::gateway {
-namespace {
 
-// The devices a worker's RPC server offers, as its ggml RPC server picks them: the GPUs, else the CPU.
 plan::NodeSpec node_from_status(const config::WorkerConfig& w, const nlohmann::json& status) {
   plan::NodeSpec n;
   n.name = w.name;
@@ -31,8 +29,6 @@ plan::NodeSpec node_from_status(const config::WorkerConfig& w, const nlohmann::j
   for (auto& d : n.devices) d.kind = plan::DeviceKind::gpu;
   return n;
 }
-
-}  // namespace
 
 plan::NodeSpec head_node(const config::Config& c) {
   plan::NodeSpec head;
