@@ -65,12 +65,14 @@ Status Supervisor::start() {
     forwarders_.push_back(std::move(f));
   }
   thread_ = std::thread([this] { loop(); });
+  poll_thread_ = std::thread([this] { poll_engine(); });
   return Status::ok();
 }
 
 void Supervisor::stop() {
   if (stop_.exchange(true)) return;
   if (thread_.joinable()) thread_.join();
+  if (poll_thread_.joinable()) poll_thread_.join();
   int pid;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -101,6 +103,17 @@ void Supervisor::loop() {
   while (!stop_) {
     tick();
     std::this_thread::sleep_for(kTick);
+  }
+}
+
+void Supervisor::poll_engine() {
+  while (!stop_) {
+    for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(kTick);
+    // The engine pushes status only on changes (load progress, ready); slots, queue and tok/s
+    // change all the time, so they are asked for: the answer reaches engine_status_ through the
+    // client's status callback.
+    auto client = backend_.client();
+    if (client && client->connected()) (void)client->status(1000);
   }
 }
 
@@ -403,6 +416,7 @@ HealthReport Supervisor::health() {
                           {"restarts", restarts_},
                           {"slots_busy", engine_status_.slots_busy},
                           {"slots_total", engine_status_.slots_total},
+                          {"waiting", engine_status_.waiting},
                           {"tokens_per_s", engine_status_.tokens_per_s}}},
               {"load", load},
               {"nodes", nodes},
