@@ -117,6 +117,7 @@ void add_rpc_server(CLI::App* worker) {
   rpc->add_option("--device", o.devices);
   rpc->add_option("--cache-dir", o.cache_dir);
   rpc->add_option("--threads", o.threads);
+  add_log_format_option(rpc);
   rpc->callback([] {
     if (Status s = worker::run_rpc_server(o); !s.is_ok()) fail(s.message());
   });

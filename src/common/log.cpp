@@ -33,7 +33,9 @@ const char* level_name(Level l) {
   return "info";
 }
 
-std::string now_utc() {
+}  // namespace
+
+std::string timestamp_now() {
   timeval tv{};
   ::gettimeofday(&tv, nullptr);
   tm t{};
@@ -43,6 +45,8 @@ std::string now_utc() {
                 t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>(tv.tv_usec / 1000));
   return stamp;
 }
+
+namespace {
 
 // Length of the valid UTF-8 sequence at s[i], or 0 when the bytes there are not one.
 size_t utf8_length(std::string_view s, size_t i) {
@@ -146,7 +150,7 @@ std::string render(Format f, const std::string& ts, Level level, std::string_vie
 
 void write(Level level, std::string_view component, std::string_view msg, const Fields& fields) {
   static std::mutex mutex;
-  const std::string line = render(format(), now_utc(), level, component, msg, fields) + "\n";
+  const std::string line = render(format(), timestamp_now(), level, component, msg, fields) + "\n";
   std::lock_guard<std::mutex> lock(mutex);
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);

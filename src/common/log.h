@@ -42,6 +42,9 @@ inline void error(std::string_view component, std::string_view msg, const Fields
   write(Level::error, component, msg, fields);
 }
 
+// Now, as records show it: "2026-12-02T10:20:33.125Z".
+std::string timestamp_now();
+
 // The record as it would be written, without the newline (exposed for tests).
 std::string render(Format format, const std::string& ts, Level level, std::string_view component, std::string_view msg,
                    const Fields& fields);
