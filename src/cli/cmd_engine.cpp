@@ -110,6 +110,7 @@ void register_engine(CLI::App& app) {
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine (GGML_CUDA_DISABLE_GRAPHS=1)");
   cmd->add_flag("--json", f.json, "--prompt: print the result as JSON (text, tokens, timings)");
   cmd->add_flag("-v,--verbose", f.verbose, "Show libllama's log (-v warnings, -vv everything)");
+  add_log_format_option(cmd);
   cmd->callback([socket, prompt] {
     engine::set_llama_verbosity(f.verbose);
     if (socket->count() == 0 && prompt->count() == 0) fail("engine: give --socket PATH to serve or --prompt TEXT to generate once", 2);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "common/log.h"
 #include "engine/cached_upload.h"
 #include "engine/llama_log.h"
 #include "ggml-backend.h"
@@ -182,9 +183,11 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   ModelPtr model(llama_model_load_from_file(o.model.c_str(), mp));
   if (cached) {
     const CachedUploadStats st = finish_cached_uploads();
-    std::fprintf(stderr, "tandem engine: %llu weights (%.2f GiB) loaded from the workers' caches, %llu sent whole; hashing ran %.1f s\n",
-                 static_cast<unsigned long long>(st.markers), static_cast<double>(st.marker_bytes) / (1ull << 30),
-                 static_cast<unsigned long long>(st.fallbacks), st.hash_s);
+    char line[200];
+    std::snprintf(line, sizeof line, "%llu weights (%.2f GiB) loaded from the workers' caches, %llu sent whole; hashing ran %.1f s",
+                  static_cast<unsigned long long>(st.markers), static_cast<double>(st.marker_bytes) / (1ull << 30),
+                  static_cast<unsigned long long>(st.fallbacks), st.hash_s);
+    log::info("engine", line);
   }
   if (!model) return Status::invalid_argument(with_llama_reason(o.model + ": loading the model failed"));
   return model;

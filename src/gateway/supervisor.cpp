@@ -11,6 +11,7 @@
 #include <future>
 
 #include "common/cached_tensor.h"
+#include "common/log.h"
 #include "link/control.h"
 
 namespace tandem::gateway {
@@ -66,12 +67,14 @@ Status Supervisor::start() {
     forwarders_.push_back(std::move(f));
   }
   thread_ = std::thread([this] { loop(); });
+  poll_thread_ = std::thread([this] { poll_engine(); });
   return Status::ok();
 }
 
 void Supervisor::stop() {
   if (stop_.exchange(true)) return;
   if (thread_.joinable()) thread_.join();
+  if (poll_thread_.joinable()) poll_thread_.join();
   int pid;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -102,6 +105,17 @@ void Supervisor::loop() {
   while (!stop_) {
     tick();
     std::this_thread::sleep_for(kTick);
+  }
+}
+
+void Supervisor::poll_engine() {
+  while (!stop_) {
+    for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(kTick);
+    // The engine pushes status only on changes (load progress, ready); slots, queue and tok/s
+    // change all the time, so they are asked for: the answer reaches engine_status_ through the
+    // client's status callback.
+    auto client = backend_.client();
+    if (client && client->connected()) (void)client->status(1000);
   }
 }
 
@@ -227,6 +241,7 @@ void Supervisor::spawn_engine() {
   if (options_.threads > 0) args.insert(args.end(), {"-t", std::to_string(options_.threads)});
   if (!options_.cuda_graphs) args.push_back("--no-cuda-graphs");
   for (const std::string& a : cache_listing_args()) args.insert(args.end(), {"--worker-cache", a});
+  if (log::format() == log::Format::json) args.insert(args.end(), {"--log-format", "json"});
   ::unlink(socket_path_.c_str());
   std::vector<char*> argv;  // built before fork: the child of a threaded process must not allocate
   for (auto& a : args) argv.push_back(a.data());
@@ -436,6 +451,7 @@ HealthReport Supervisor::health() {
                           {"restarts", restarts_},
                           {"slots_busy", engine_status_.slots_busy},
                           {"slots_total", engine_status_.slots_total},
+                          {"waiting", engine_status_.waiting},
                           {"tokens_per_s", engine_status_.tokens_per_s}}},
               {"load", load},
               {"nodes", nodes},

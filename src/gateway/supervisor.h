@@ -73,6 +73,7 @@ class Supervisor {
  private:
   void loop();
   void tick();
+  void poll_engine();  // asks the engine for its status every second, so /health stays live
   bool all_links_up();
   void spawn_engine();
   void kill_engine(const std::string& why, bool backoff = false);
@@ -90,6 +91,7 @@ class Supervisor {
   std::vector<std::unique_ptr<link::Forwarder>> forwarders_;  // constant after start()
   std::function<int()> in_flight_;
   std::thread thread_;
+  std::thread poll_thread_;
   std::thread canary_thread_;  // touched only by the supervision thread and stop()
   std::atomic<bool> stop_{false};
   std::string socket_path_;  // constant after start()
