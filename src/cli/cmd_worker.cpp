@@ -62,7 +62,7 @@ void add_seed(CLI::App* worker) {
     auto r = worker::seed_cache(o);
     if (!r.is_ok()) fail(r.status().message());
     std::printf("seeded %s: %llu tensors written (%s), %llu already present; %llu tensors (%s) are at or below the "
-                "10 MiB threshold and will travel over the link\n",
+                "1 MiB seeding threshold and will travel over the link\n",
                 o.cache_dir.c_str(), static_cast<unsigned long long>(r->tensors_written), format_bytes(r->bytes_written).c_str(),
                 static_cast<unsigned long long>(r->tensors_present), static_cast<unsigned long long>(r->tensors_small),
                 format_bytes(r->bytes_small).c_str());

@@ -23,6 +23,12 @@ namespace tandem {
 
 // ggml's threshold: tensors strictly larger than this are looked up by hash.
 constexpr uint64_t kHashThreshold = 10ull * 1024 * 1024;
+// tandem's: weights strictly larger than this are seeded (`tandem worker seed`) and loaded by
+// marker when the worker lists them. Lower than ggml's because MiniMax-M3's shared-expert
+// matrices (6144 x 3072 in IQ4_XS: 9.6 MiB) and attention K/V fall under 10 MiB: 1.1 GB of the
+// m3-proxy's half would travel whole at every load otherwise. Below 1 MiB a marker's round trip
+// through the cache costs more than sending the bytes.
+constexpr uint64_t kSeedThreshold = 1ull * 1024 * 1024;
 
 // FNV-1a, 64 bit, as ggml's RPC computes it. `seed` chains calls over consecutive chunks.
 uint64_t fnv1a(const void* data, size_t n, uint64_t seed = 0xcbf29ce484222325ULL);

@@ -88,7 +88,7 @@ std::string rpc_endpoint(const char* buft_name) {
 
 // True when the weight went as a marker. Called only while g_active.
 bool try_marker(ggml_tensor* t, const void* data, size_t offset, size_t size) {
-  if (offset != 0 || size <= kHashThreshold || size != ggml_nbytes(t) || t->buffer == nullptr) return false;
+  if (offset != 0 || size <= kSeedThreshold || size != ggml_nbytes(t) || t->buffer == nullptr) return false;
   if (ggml_backend_buffer_get_usage(t->buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) return false;
   const std::string endpoint = rpc_endpoint(ggml_backend_buft_name(ggml_backend_buffer_get_type(t->buffer)));
   if (endpoint.empty()) return false;
@@ -150,7 +150,7 @@ Status start_cached_uploads(const CachedUploadPlan& plan) {
   std::vector<const plan::TensorInfo*> picked;
   for (const auto& t : info->tensors) {
     const bool remote = t.layer >= plan.first_layer || (t.layer < 0 && plan.output_remote && t.name.rfind("output", 0) == 0);
-    if (!remote || t.bytes <= kHashThreshold) continue;
+    if (!remote || t.bytes <= kSeedThreshold) continue;
     const Mapping& m = *u->maps.at(static_cast<size_t>(t.split));
     if (t.file_offset + t.bytes > m.size) return Status::invalid_argument(info->files[t.split] + ": tensor " + t.name + " runs past the end");
     picked.push_back(&t);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/build_info.h"
+#include "common/cached_tensor.h"
 #include "common/units.h"
 #include "gateway/cluster_nodes.h"
 #include "link/control.h"
@@ -229,7 +230,7 @@ class Doctor {
     *layers = std::to_string(first) + "-" + std::to_string(last);
     uint64_t bytes = 0;
     for (const auto& t : info_->tensors) {
-      if (t.bytes <= worker::kHashThreshold) continue;
+      if (t.bytes <= kSeedThreshold) continue;
       if ((t.layer >= first && t.layer <= last) || (output && t.layer < 0 && t.name.rfind("output", 0) == 0)) bytes += t.bytes;
     }
     return bytes;

@@ -116,7 +116,7 @@ Result<SeedResult> seed_cache(const SeedOptions& o) {
   SeedResult r;
   for (const auto& t : info->tensors) {
     if (t.layer >= 0 && o.first_layer >= 0 && (t.layer < o.first_layer || t.layer > o.last_layer)) continue;
-    if (t.bytes <= kHashThreshold) {
+    if (t.bytes <= kSeedThreshold) {
       ++r.tensors_small;
       r.bytes_small += t.bytes;
       continue;
@@ -154,7 +154,7 @@ Result<std::vector<std::string>> model_cache_names(const std::string& model) {
   if (!files.is_ok()) return files.status();
   std::vector<std::string> names;
   for (const auto& t : info->tensors) {
-    if (t.bytes <= kHashThreshold) continue;
+    if (t.bytes <= kSeedThreshold) continue;
     auto hash = hash_range(files->fds[t.split], info->files[t.split], t.file_offset, t.bytes, -1);
     if (!hash.is_ok()) return hash.status();
     names.push_back(hash_name(hash.value()));
