@@ -12,6 +12,8 @@
 # 8192), MACHINE (name in the results folder, default: hostname), NGL (single's -ngl, default 99),
 # SPLIT_MODE (cpu: the head keeps its half on the CPU; gpu: half on CUDA0), BANDWIDTH (bytes/s of
 # the device, for the physical limit; default 4.8e12, an H200).
+# tandem-split's worker keeps a weight cache: round 1 first starts it with the cache empty
+# ("tandem-cold": load time and link bytes only), then every tandem-split start is seeded.
 set -euo pipefail
 build=$(cd "${1:?usage: compare.sh BUILD_DIR MODEL.gguf [ROUNDS]}" && pwd)
 model=$(readlink -f "${2:?model}")
@@ -30,10 +32,11 @@ trap 'stop_all; rm -rf "$work"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_ready() {  # url; prints seconds from now until /health is ready
   local t0=$(date +%s.%N)
-  for _ in $(seq 6000); do
+  for _ in $(seq 3000); do
     if curl -sf "$1/health" 2>/dev/null | grep -q -E '"status":"ok"|"state":"ready"'; then
       python3 -c "import time; print(round(time.time() - $t0, 2))"; return 0
     fi
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { echo "a process of $1 exited while loading (logs: $work)" >&2; tail -20 "$work"/*.log >&2; return 1; }; done
     sleep 0.1
   done
   echo "not ready: $1" >&2; return 1
@@ -52,32 +55,47 @@ start_config() {  # name; sets url, load_s
   url="http://127.0.0.1:$port"
   case "$name" in
     single)
-      "$llama_bin/llama-server" -m "$model" -ngl "${NGL:-99}" -c "$context" -fa on --no-warmup --port "$port" \
+      "$llama_bin/llama-server" -m "$model" -ngl "${NGL:-99}" -c $((context * 4)) -np 4 --fit off -fa on --no-warmup --port "$port" \
         --alias bench >"$work/$name.log" 2>&1 & pids+=($!) ;;
     stock-split|stock-split-graphs)
       local env=()
       [ "$name" = stock-split ] && env=(GGML_CUDA_DISABLE_GRAPHS=1)
       env "${env[@]}" "$llama_bin/ggml-rpc-server" -H 127.0.0.1 -p "$rport" >"$work/$name-rpc.log" 2>&1 & pids+=($!)
       sleep 1
-      env "${env[@]}" "$llama_bin/llama-server" -m "$model" "${stock_split[@]}" -c "$context" -fa on --no-warmup --port "$port" \
+      env "${env[@]}" "$llama_bin/llama-server" -m "$model" "${stock_split[@]}" -c $((context * 4)) -np 4 --fit off -fa on --no-warmup --port "$port" \
         --rpc 127.0.0.1:$rport --alias bench >"$work/$name.log" 2>&1 & pids+=($!) ;;
-    tandem-split)
-      "$tandem" worker --listen 127.0.0.1:$rport --secret-file "$work/cluster.key" --name worker >"$work/$name-worker.log" 2>&1 & pids+=($!)
+    tandem-split|tandem-cold)
+      [ "$name" = tandem-cold ] && rm -rf "$work/worker-cache"
+      "$tandem" worker --listen 127.0.0.1:$rport --secret-file "$work/cluster.key" --name worker \
+        --cache-dir "$work/worker-cache" >"$work/$name-worker.log" 2>&1 & pids+=($!)
       sleep 1
       "$tandem" serve -m "$model" --worker worker=127.0.0.1:$rport --secret-file "$work/cluster.key" --keys-db "$work/keys.db" \
         --listen 127.0.0.1:$port --context "$context" --parallel 4 --model-id bench --layers $half,$((n_layer - half)) \
         >"$work/$name.log" 2>&1 & pids+=($!) ;;
   esac
   load_s=$(wait_ready "$url")
+  link_bytes=0
+  case "$name" in tandem-*)
+    link_bytes=$(curl -sf "$url/health" | python3 -c 'import json,sys; print(sum(n["bytes_to_worker"] for n in json.load(sys.stdin)["nodes"]))') ;;
+  esac
 }
 
 results="$work/runs.jsonl"
+: > "$results"
 for round in $(seq "$rounds"); do
+  if [ "$round" = 1 ]; then
+    echo "compare: round 1: tandem-cold (load only)" >&2
+    start_config tandem-cold
+    echo "{\"config\":\"tandem-cold\",\"round\":1,\"load_s\":$load_s,\"link_bytes\":$link_bytes}" >> "$work/runs.jsonl"
+    cp "$work/tandem-cold.log" "$work/tandem-cold-worker.log" "$out/" 2>/dev/null || true
+    stop_all
+  fi
   for name in single stock-split stock-split-graphs tandem-split; do
     echo "compare: round $round: $name" >&2
     start_config "$name"
     "$tandem" bench --json --url "$url" --key "$key" --model bench ${BENCH_ARGS:-} > "$work/bench.json"
-    python3 -c "import json,sys; b=json.load(open('$work/bench.json')); print(json.dumps({'config':'$name','round':$round,'load_s':$load_s,'bench':b}))" >> "$results"
+    python3 -c "import json,sys; b=json.load(open('$work/bench.json')); print(json.dumps({'config':'$name','round':$round,'load_s':$load_s,'link_bytes':$link_bytes,'bench':b}))" >> "$results"
+    [ "$round" = 1 ] && for f in "$work/$name"*.log; do cp "$f" "$out/"; done
     stop_all
   done
 done

@@ -36,6 +36,10 @@ def main():
         figures[config] = fig
         load_s[config] = statistics.median(r["load_s"] for r in mine)
 
+    cold = [r for r in runs if r["config"] == "tandem-cold"]
+    seeded = [r for r in runs if r["config"] == "tandem-split"]
+    med = lambda rs, k: statistics.median(r[k] for r in rs) if rs and all(k in r for r in rs) else None
+
     def ratio(a, b, name):
         if a not in figures or b not in figures or not figures[b].get(name):
             return None
@@ -56,8 +60,8 @@ def main():
         "physical_limit_tps": bandwidth / active,
         "physical_limit_fraction": figures.get("single", {}).get("decode_tps", 0) / (bandwidth / active),
         "load_s": {"single": load_s.get("single"), "stock": load_s.get("stock-split"),
-                   "cold": load_s.get("tandem-split"), "seeded": None},
-        "link_bytes": {"load_cold": None, "load_seeded": None},
+                   "cold": med(cold, "load_s"), "seeded": med(seeded, "load_s")},
+        "link_bytes": {"load_cold": med(cold, "link_bytes"), "load_seeded": med(seeded, "link_bytes")},
         "runs": runs,
     }
     os.makedirs(out, exist_ok=True)
@@ -71,7 +75,12 @@ def main():
         cells = [f"{figures[c][n]:.1f}" if c in figures and n in figures[c] else "-" for c in CONFIGS]
         rs = [result[k][n] for k in ("ratios", "ratios_best_stock", "vs_single")]
         md.append(f"| {n} | " + " | ".join(cells) + " | " + " | ".join(f"{r:.2f}" if r else "-" for r in rs) + " |")
-    md += ["", "load (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result["load_s"].items() if v is not None), ""]
+    md += ["", "load (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result["load_s"].items() if v is not None)]
+    lb = result["link_bytes"]
+    if lb["load_cold"]:
+        md += ["", f"link bytes during load: cold {lb['load_cold'] / 1e9:.3f} GB, seeded "
+               f"{(lb['load_seeded'] or 0) / 1e9:.3f} GB ({100 * (lb['load_seeded'] or 0) / lb['load_cold']:.2f}% of cold)"]
+    md += [""]
     open(os.path.join(out, "results.md"), "w").write("\n".join(md))
 
     # One bar group per figure: each configuration relative to single.

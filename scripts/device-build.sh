@@ -10,6 +10,11 @@ if [ ! -d "$dev/llama" ]; then
   tar -C "$dev" -xJf "$root/carry/sysroot.tar.xz"
 fi
 sysroot=$dev/sysroot
+# libsystemd-dev's libsystemd.so points at libsystemd.so.0, which the sysroot lacks (the runtime
+# library is part of the base system there): link against the system's own.
+for so in /usr/lib/x86_64-linux-gnu/libsystemd.so.0 /lib/x86_64-linux-gnu/libsystemd.so.0; do
+  [ -e "$so" ] && ln -sf "$so" "$sysroot/usr/lib/x86_64-linux-gnu/libsystemd.so" && break
+done
 export CPATH=$sysroot/usr/include
 export LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

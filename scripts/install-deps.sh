@@ -8,6 +8,7 @@ packages=(
   libssl-dev libsqlite3-dev libsystemd-dev
   libgtest-dev libgmock-dev
   iproute2 procps curl
+  chromium  # the status page test drives it headless (scripts/install-playwright.sh)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -21,7 +21,8 @@ struct EngineFlags {
   engine::GenerateOptions one_shot;
   engine::EngineConfig serve;
   std::string rpc, split;
-  bool json = false, no_repack = false, no_cuda_graphs = false;
+  std::vector<std::string> worker_caches;
+  bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false;
   int verbose = 0;
 };
 
@@ -29,6 +30,12 @@ engine::Placement placement(const EngineFlags& f) {
   engine::Placement p = f.one_shot.placement;
   p.rpc_servers = split_commas(f.rpc);
   p.cpu_weight_repack = !f.no_repack;
+  p.output_on_head = !f.output_last;
+  for (const std::string& w : f.worker_caches) {
+    const size_t eq = w.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == w.size()) fail("--worker-cache: expected HOST:PORT=FILE, got '" + w + "'", 2);
+    p.cache_listings[w.substr(0, eq)] = w.substr(eq + 1);
+  }
   for (const std::string& n : split_commas(f.split)) {
     try {
       p.device_layers.push_back(std::stoi(n));
@@ -94,10 +101,16 @@ void register_engine(CLI::App& app) {
   cmd->add_option("--rpc", f.rpc, "Comma-separated ggml RPC servers (host:port) to offload layers to");
   cmd->add_option("--cpu-layers", o.placement.cpu_layers, "Number of leading layers kept on the host CPU")->capture_default_str();
   cmd->add_option("--layer-split", f.split, "Comma-separated layer counts per offload device (local GPUs, then RPC devices)");
+  cmd->add_option("--worker-cache", f.worker_caches,
+                  "HOST:PORT=FILE: the tandem worker behind this RPC endpoint has the weights FILE lists cached "
+                  "(\"HASH BYTES\" lines; `tandem serve` writes it); load them from there (repeatable)");
+  cmd->add_flag("--output-with-last-device", f.output_last,
+               "Put the output head with the last device as llama.cpp does (default with local GPUs and RPC servers: on the last local GPU)");
   cmd->add_flag("--no-cpu-repack", f.no_repack, "Keep CPU weights in file layout (bit-identical to a CPU split through RPC servers)");
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine (GGML_CUDA_DISABLE_GRAPHS=1)");
   cmd->add_flag("--json", f.json, "--prompt: print the result as JSON (text, tokens, timings)");
   cmd->add_flag("-v,--verbose", f.verbose, "Show libllama's log (-v warnings, -vv everything)");
+  add_log_format_option(cmd);
   cmd->callback([socket, prompt] {
     engine::set_llama_verbosity(f.verbose);
     if (socket->count() == 0 && prompt->count() == 0) fail("engine: give --socket PATH to serve or --prompt TEXT to generate once", 2);

@@ -3,10 +3,10 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "common/log.h"
 #include "common/units.h"
 #include "link/control.h"
 #include "link/forwarder.h"
-#include "link/log.h"
 
 namespace tandem::cli {
 
@@ -40,15 +40,15 @@ void run_forward(const std::string& to, const std::string& listen, const std::st
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   link::Forwarder f(o, secret_or_fail(secret_file));
-  f.on_log([](const std::string& line) { link::log_line("forward: " + line); });
+  f.on_log([](const std::string& line) { log::info("forward", line); });
   if (Status s = f.start(); !s.is_ok()) fail(s.message());
-  link::log_line("forward: listening on " + link::Endpoint{o.listen.host, f.port()}.to_string() + " for worker " +
+  log::info("forward", "listening on " + link::Endpoint{o.listen.host, f.port()}.to_string() + " for worker " +
                  o.worker.to_string());
   int sig = 0;
   ::sigwait(&set, &sig);
   const auto st = f.stats();
   f.stop();
-  link::log_line("forward: stopped; " + format_bytes(st.bytes_to_worker) + " to the worker, " +
+  log::info("forward", "stopped; " + format_bytes(st.bytes_to_worker) + " to the worker, " +
                  format_bytes(st.bytes_from_worker) + " from it");
 }
 
@@ -63,6 +63,7 @@ void register_link(CLI::App& app) {
   fwd->add_option("--secret-file", secret_file, "The cluster secret")->required();
   fwd->add_option("--heartbeat-deadline-ms", deadline_ms, "Cut the link when the worker is silent this long")
       ->capture_default_str()->check(CLI::Range(100, 600000));
+  add_log_format_option(fwd);
   fwd->callback([] { run_forward(to, listen, secret_file, deadline_ms); });
 
   auto* status = cmd->add_subcommand("status", "Ask a worker for its status over the control channel (JSON)");

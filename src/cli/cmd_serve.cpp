@@ -67,6 +67,7 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("-t,--threads", f.options.threads, "Engine CPU threads (0: all cores)")->capture_default_str();
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine");
+  add_log_format_option(cmd);
   cmd->callback([] {
     f.options.config = merged_config(f);
     f.options.cuda_graphs = !f.no_cuda_graphs;

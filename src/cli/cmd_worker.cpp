@@ -62,7 +62,7 @@ void add_seed(CLI::App* worker) {
     auto r = worker::seed_cache(o);
     if (!r.is_ok()) fail(r.status().message());
     std::printf("seeded %s: %llu tensors written (%s), %llu already present; %llu tensors (%s) are at or below the "
-                "10 MiB threshold and will travel over the link\n",
+                "1 MiB seeding threshold and will travel over the link\n",
                 o.cache_dir.c_str(), static_cast<unsigned long long>(r->tensors_written), format_bytes(r->bytes_written).c_str(),
                 static_cast<unsigned long long>(r->tensors_present), static_cast<unsigned long long>(r->tensors_small),
                 format_bytes(r->bytes_small).c_str());
@@ -117,6 +117,7 @@ void add_rpc_server(CLI::App* worker) {
   rpc->add_option("--device", o.devices);
   rpc->add_option("--cache-dir", o.cache_dir);
   rpc->add_option("--threads", o.threads);
+  add_log_format_option(rpc);
   rpc->callback([] {
     if (Status s = worker::run_rpc_server(o); !s.is_ok()) fail(s.message());
   });
@@ -136,6 +137,7 @@ void register_worker(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(100, 600000));
   cmd->add_flag("--no-cuda-graphs", f.no_graphs, "Run the RPC server with CUDA graphs off");
   cmd->add_flag("--no-private-netns", f.no_netns, "Do not isolate the RPC server in a private network namespace");
+  add_log_format_option(cmd);
   add_seed(cmd);
   add_cache(cmd);
   add_rpc_server(cmd);

@@ -22,6 +22,10 @@ struct CommandRegistration {
   CommandRegistration(int order, Registrar registrar);
 };
 
+// Adds `--log-format text|json` to a long-running command (docs/cli.md): it sets the process-wide
+// log format (common/log.h) before the command's callback runs.
+void add_log_format_option(CLI::App* cmd);
+
 // Registers every subcommand in order (called once by main).
 void register_all(CLI::App& app);
 

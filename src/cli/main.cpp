@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "common/log.h"
 
 namespace tandem::cli {
 namespace {
@@ -21,6 +22,18 @@ void register_all(CLI::App& app) {
   auto& r = registry();
   std::stable_sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [order, registrar] : r) registrar(app);
+}
+
+void add_log_format_option(CLI::App* cmd) {
+  cmd->add_option_function<std::string>(
+         "--log-format",
+         [](const std::string& name) {
+           auto f = log::parse_format(name);
+           if (!f.is_ok()) throw CLI::ValidationError("--log-format", f.status().message());
+           log::set_format(f.value());
+         },
+         "Log lines as readable text (default) or one JSON object per line")
+      ->check(CLI::IsMember({"text", "json"}));
 }
 
 void fail(const std::string& message, int code) {

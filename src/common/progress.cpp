@@ -1,5 +1,6 @@
 #include "common/progress.h"
 
+#include "common/log.h"
 #include "common/units.h"
 
 namespace tandem {
@@ -48,6 +49,9 @@ void ProgressMeter::update(uint64_t done, uint64_t total, Clock::time_point now)
     std::string bar(static_cast<size_t>(filled), '#');
     bar.resize(kWidth, '.');
     std::fprintf(out_, "\r\033[K%s [%s] %s", label_.c_str(), bar.c_str(), format_progress(snap_).c_str());
+  } else if (out_ == stderr) {
+    log::info("progress", label_ + ": " + format_progress(snap_));
+    return;
   } else {
     std::fprintf(out_, "%s: %s\n", label_.c_str(), format_progress(snap_).c_str());
   }
@@ -56,6 +60,12 @@ void ProgressMeter::update(uint64_t done, uint64_t total, Clock::time_point now)
 
 void ProgressMeter::finish(Clock::time_point now) {
   const double s = started_ ? std::chrono::duration<double>(now - start_).count() : 0;
+  if (!tty_ && out_ == stderr) {
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f", s);
+    log::info("progress", label_ + ": " + format_bytes(snap_.total) + " done in " + secs + " s");
+    return;
+  }
   std::fprintf(out_, "%s%s: %s done in %.1f s\n", tty_ ? "\r\033[K" : "", label_.c_str(), format_bytes(snap_.total).c_str(), s);
   std::fflush(out_);
 }

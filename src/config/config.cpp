@@ -93,6 +93,14 @@ TableReader::Handler bandwidth_into(std::optional<double>* out) {
   };
 }
 
+TableReader::Handler bool_into(bool* out) {
+  return [out](const toml::node& n) -> Status {
+    if (!n.is_boolean()) return Status::invalid_argument("expected true or false");
+    *out = n.as_boolean()->get();
+    return Status::ok();
+  };
+}
+
 TableReader::Handler number_into(double* out, double min, double max) {
   return [out, min, max](const toml::node& n) -> Status {
     double v = 0;
@@ -130,6 +138,9 @@ Status read_worker(const std::string& src, const toml::table& t, WorkerConfig* w
   r.on("address", string_into(&w->address));
   r.on("memory", bytes_into(&w->memory));
   r.on("bandwidth", bandwidth_into(&w->bandwidth));
+  r.on("listen", string_into(&w->listen));
+  r.on("cache_dir", string_into(&w->cache_dir));
+  r.on("cache_max_size", bytes_into(&w->cache_max_size));
   TANDEM_RETURN_IF_ERROR(r.read(t));
   const std::string at = src + ":" + std::to_string(w->line) + ": [[worker]]";
   if (w->name.empty()) return Status::invalid_argument(at + " name: missing");
@@ -150,6 +161,7 @@ Status read_server(const std::string& src, const toml::table& t, ServerConfig* s
   TableReader r(src, "[server]");
   r.on("listen", string_into(&s->listen));
   r.on("keys_db", string_into(&s->keys_db));
+  r.on("status_page_public", bool_into(&s->status_page_public));
   return r.read(t);
 }
 

@@ -28,6 +28,10 @@ struct WorkerConfig {
   std::string address;                    // "host:port" of the worker's authenticated listener
   std::optional<uint64_t> memory;         // declared free memory (dry-run plans without asking it)
   std::optional<double> bandwidth;        // bytes per second
+  // The worker's own settings (`tandem systemd --role worker` writes them into its unit):
+  std::string listen;                     // address the worker binds; "" = 0.0.0.0 and the port of `address`
+  std::string cache_dir;                  // its weight cache folder; "" = none
+  std::optional<uint64_t> cache_max_size; // bound of that folder
   int line = 0;                           // where the [[worker]] table starts, for messages
 };
 
@@ -41,6 +45,7 @@ struct ModelConfig {
 struct ServerConfig {
   std::string listen = "127.0.0.1:8080";
   std::string keys_db;
+  bool status_page_public = false;        // the status page at / (and /status.json) without a key
 };
 
 struct PlanConfig {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "common/log.h"
 #include "llama.h"
 
 namespace tandem::engine {
@@ -22,7 +23,25 @@ void on_log(ggml_log_level level, const char* text, void*) {
   }
   const int v = verbosity.load();
   const bool show = level == GGML_LOG_LEVEL_ERROR || (v >= 1 && level == GGML_LOG_LEVEL_WARN) || v >= 2;
-  if (show) std::fputs(text, stderr);
+  if (!show) return;
+  if (log::format() == log::Format::text) {
+    std::fputs(text, stderr);
+    return;
+  }
+  // JSON: one record per line; libllama sends lines in pieces (GGML_LOG_LEVEL_CONT), so collect them.
+  static std::mutex pending_mutex;
+  static std::string pending;
+  std::lock_guard<std::mutex> lock(pending_mutex);
+  pending += text;
+  for (size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
+    const std::string line = pending.substr(0, nl);
+    pending.erase(0, nl + 1);
+    if (line.empty()) continue;
+    const log::Level l = level == GGML_LOG_LEVEL_ERROR ? log::Level::error
+                         : level == GGML_LOG_LEVEL_WARN ? log::Level::warn
+                                                        : log::Level::debug;
+    log::write(l, "llama", line);
+  }
 }
 
 }  // namespace

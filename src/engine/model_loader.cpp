@@ -8,9 +8,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 
+#include "common/log.h"
+#include "engine/cached_upload.h"
 #include "engine/llama_log.h"
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
@@ -143,12 +146,49 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
     split[p.device_layers.size() - 1] += 1.0f;
     mp.tensor_split = split.data();
   }
+  // With a GPU on the head and layers on workers, the output head stays on the head's last GPU
+  // instead of going with the last device: the logits (4 bytes x vocabulary per token) then never
+  // cross the link, only the hidden state does, as in a stock split whose RPC devices come first.
+  // The planner places it the same way (plan/solver.h).
+  std::vector<llama_model_tensor_buft_override> overrides;
+  ggml_backend_dev_t last_local = nullptr;
+  for (ggml_backend_dev_t d : devices.value()) {
+    if (!is_rpc(d)) last_local = d;
+  }
+  if (last_local != nullptr && !p.rpc_servers.empty() && p.output_on_head) {
+    overrides.push_back({"^output\\.weight$", ggml_backend_dev_buffer_type(last_local)});
+    overrides.push_back({nullptr, nullptr});
+    mp.tensor_buft_overrides = overrides.data();
+  }
   std::function<bool(float)> progress = o.progress;
   if (progress) {
     mp.progress_callback = [](float f, void* user) { return (*static_cast<std::function<bool(float)>*>(user))(f); };
     mp.progress_callback_user_data = &progress;
   }
+  const bool cached = !p.cache_listings.empty() && !p.device_layers.empty();
+  if (cached) {
+    CachedUploadPlan cp;
+    cp.model = o.model;
+    size_t local = 0;
+    for (ggml_backend_dev_t d : devices.value()) local += is_rpc(d) ? 0 : 1;
+    cp.first_layer = p.cpu_layers + std::accumulate(p.device_layers.begin(), p.device_layers.begin() + static_cast<long>(local), 0);
+    cp.output_remote = local < devices->size() && !(local > 0 && p.output_on_head);
+    for (const auto& [endpoint, file] : p.cache_listings) {
+      auto listing = read_cache_listing(file);
+      if (!listing.is_ok()) return listing.status().with_context("RPC server " + endpoint);
+      cp.listings[endpoint] = std::move(listing.value());
+    }
+    TANDEM_RETURN_IF_ERROR(start_cached_uploads(cp));
+  }
   ModelPtr model(llama_model_load_from_file(o.model.c_str(), mp));
+  if (cached) {
+    const CachedUploadStats st = finish_cached_uploads();
+    char line[200];
+    std::snprintf(line, sizeof line, "%llu weights (%.2f GiB) loaded from the workers' caches, %llu sent whole; hashing ran %.1f s",
+                  static_cast<unsigned long long>(st.markers), static_cast<double>(st.marker_bytes) / (1ull << 30),
+                  static_cast<unsigned long long>(st.fallbacks), st.hash_s);
+    log::info("engine", line);
+  }
   if (!model) return Status::invalid_argument(with_llama_reason(o.model + ": loading the model failed"));
   return model;
 }

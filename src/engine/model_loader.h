@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,13 @@ struct Placement {
   // never repacks, and repacked kernels round differently, so a one-process run that must give
   // bit-identical tokens to a CPU split (the tests' oracle) turns this off.
   bool cpu_weight_repack = true;
+  // With local GPUs and RPC servers: the output head goes on the last local GPU rather than with
+  // the last device, so that logits never cross the link (the planner assumes this).
+  bool output_on_head = true;
+  // RPC endpoint -> a file listing the weights its worker has cached (engine/cached_upload.h);
+  // those are loaded from the worker's cache without hashing on the load's path. Only for
+  // endpoints that reach a tandem worker, and only with an explicit `device_layers`.
+  std::map<std::string, std::string> cache_listings;
 };
 
 struct LoadOptions {

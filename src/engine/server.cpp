@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "common/log.h"
 #include "common/units.h"
 #include "engine/unix_socket.h"
 #include "plan/model_info.h"
@@ -185,8 +186,8 @@ void Server::load() {
     load_status_.load.fraction = 1;
     load_status_.load.bytes = load_status_.load.total_bytes;
   }
-  std::fprintf(stderr, "tandem engine: ready on %s: %d slots of %d tokens\n", config_.socket_path.c_str(), config_.scheduler.parallel,
-               scheduler_->context_per_request());
+  log::info("engine", "ready on " + config_.socket_path + ": " + std::to_string(config_.scheduler.parallel) + " slots of " +
+                          std::to_string(scheduler_->context_per_request()) + " tokens");
   broadcast(status_event());
 }
 
@@ -210,7 +211,7 @@ bool Server::on_progress(float fraction) {
 }
 
 void Server::set_failed(const std::string& why) {
-  std::fprintf(stderr, "tandem engine: %s\n", why.c_str());
+  log::error("engine", why);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     load_status_.state = "failed";

@@ -8,6 +8,7 @@
 #include <deque>
 
 #include "gateway/openai.h"
+#include "gateway/status_page.h"
 
 namespace tandem::gateway {
 namespace {
@@ -115,6 +116,26 @@ void ApiServer::install_routes() {
     metrics_.set_in_flight(in_flight_);
     res.set_content(metrics_.render() + health_().extra_metrics, "text/plain; version=0.0.4");
   });
+  // The status page: the HTML holds no data and is public; the figures come from /status.json,
+  // which needs a key unless [server] status_page_public is set.
+  server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+    res.set_header("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:");
+    res.set_content(status_page_html(), "text/html; charset=utf-8");
+  });
+  server_->Get("/status.json", [this](const httplib::Request& req, httplib::Response& res) {
+    KeyRecord key;
+    if (!options_.status_page_public && !authenticate(req, res, &key)) return;
+    json info;
+    {
+      std::lock_guard<std::mutex> lock(status_mutex_);
+      info = status_info_;
+    }
+    const HealthReport h = health_();
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(dump(status_snapshot(h, info, draining_ ? "draining" : h.state, in_flight_.load(), options_.model_id)),
+                    "application/json");
+  });
   server_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     KeyRecord key;
     if (!authenticate(req, res, &key)) return;
@@ -139,6 +160,11 @@ void ApiServer::install_routes() {
   server_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     send_error(res, Status::internal("unexpected error while handling the request"));
   });
+}
+
+void ApiServer::set_status_info(nlohmann::json info) {
+  std::lock_guard<std::mutex> lock(status_mutex_);
+  status_info_ = std::move(info);
 }
 
 bool ApiServer::authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key) {

@@ -37,6 +37,7 @@ struct ApiOptions {
   int max_in_flight = 64;               // generation requests admitted at once; beyond: 503
   int threads = 0;                      // HTTP worker threads; 0 = max_in_flight + 8
   int ping_interval_ms = 1000;          // SSE comment while a stream waits: detects gone clients
+  bool status_page_public = false;      // /status.json without a key ([server] status_page_public)
 };
 
 // What /health reports and whether generation requests are admitted right now.
@@ -63,6 +64,9 @@ class ApiServer {
   void stop_accepting() { draining_ = true; }
   // Generation requests admitted and not finished.
   int in_flight() const { return in_flight_; }
+  // What the status page shows besides /health's figures (the plan: nodes, devices, layers).
+  // Thread-safe; may be called at any time.
+  void set_status_info(nlohmann::json info);
   // Closes the listener and all connections; in-flight streams end.
   void stop();
 
@@ -89,6 +93,8 @@ class ApiServer {
   std::atomic<int> in_flight_{0};
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{1};
+  std::mutex status_mutex_;
+  nlohmann::json status_info_ = nlohmann::json::object();  // guarded by status_mutex_
 };
 
 }  // namespace tandem::gateway

@@ -3,14 +3,12 @@
 #include <chrono>
 #include <thread>
 
+#include "common/log.h"
 #include "link/control.h"
-#include "link/log.h"
 #include "worker/devices.h"
 
 namespace tandem::gateway {
-namespace {
 
-// The devices a worker's RPC server offers, as its ggml RPC server picks them: the GPUs, else the CPU.
 plan::NodeSpec node_from_status(const config::WorkerConfig& w, const nlohmann::json& status) {
   plan::NodeSpec n;
   n.name = w.name;
@@ -31,8 +29,6 @@ plan::NodeSpec node_from_status(const config::WorkerConfig& w, const nlohmann::j
   for (auto& d : n.devices) d.kind = plan::DeviceKind::gpu;
   return n;
 }
-
-}  // namespace
 
 plan::NodeSpec head_node(const config::Config& c) {
   plan::NodeSpec head;
@@ -68,7 +64,7 @@ Result<std::vector<plan::NodeSpec>> query_workers(const config::Config& c, const
       auto st = link::control_request(ep.value(), secret, "status", ho);
       if (st.is_ok()) {
         nodes.push_back(node_from_status(w, st.value()));
-        link::log_line("worker " + w.name + " (" + w.address + "): " + std::to_string(nodes.back().devices.size()) + " device(s)");
+        log::info("serve", "worker " + w.name + " (" + w.address + "): " + std::to_string(nodes.back().devices.size()) + " device(s)");
         break;
       }
       // A refused secret or a version mismatch will not heal by waiting.
@@ -76,7 +72,7 @@ Result<std::vector<plan::NodeSpec>> query_workers(const config::Config& c, const
         return st.status().with_context("asking worker '" + w.name + "' for its devices");
       }
       if (std::chrono::steady_clock::now() - last_log > std::chrono::seconds(10)) {
-        link::log_line("waiting for worker " + w.name + ": " + st.status().message());
+        log::info("serve", "waiting for worker " + w.name + ": " + st.status().message());
         last_log = std::chrono::steady_clock::now();
       }
       std::this_thread::sleep_for(std::chrono::seconds(1));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "common/status.h"
@@ -14,6 +15,10 @@ namespace tandem::gateway {
 
 // The head from its own devices (its GPUs, else its CPU); [cluster] head_memory/bandwidth override.
 plan::NodeSpec head_node(const config::Config& c);
+
+// A worker as the planner sees it, from its control-channel `status`: the devices its RPC server
+// offers (the GPUs, else the CPU), each an offload device for the head.
+plan::NodeSpec node_from_status(const config::WorkerConfig& w, const nlohmann::json& status);
 
 // Asks each worker of `c` for its devices: the ones its RPC server offers (the GPUs, else the CPU).
 // With `wait_until`, unreachable workers are retried until it becomes true; without, the first

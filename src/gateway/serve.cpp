@@ -14,9 +14,10 @@
 #include "gateway/api_server.h"
 #include "gateway/cluster_nodes.h"
 #include "gateway/keys.h"
+#include "gateway/status_page.h"
 #include "gateway/supervisor.h"
 #include "link/control.h"
-#include "link/log.h"
+#include "common/log.h"
 #include "plan/model_info.h"
 #include "plan/plan_config.h"
 #include "plan/plan_report.h"
@@ -26,7 +27,7 @@
 namespace tandem::gateway {
 namespace {
 
-void log(const std::string& line) { link::log_line("serve: " + line); }
+void log(const std::string& line) { log::info("serve", line); }
 
 // Replaces the solver's split with one layer count per node (head first). Each worker must offer
 // one device; the head's share goes to its GPU when it has one, else to its CPU.
@@ -120,6 +121,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   ao.model_id = o.model_id.empty() ? default_model_id(c.model.path) : o.model_id;
   ao.auth = !o.insecure_no_auth;
   ao.max_in_flight = o.max_in_flight;
+  ao.status_page_public = c.server.status_page_public;
   std::atomic<Backend*> backend{nullptr};
   class Late : public Backend {  // forwards to the supervisor's backend once it exists
    public:
@@ -135,6 +137,12 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   late.target = &backend;
   ApiServer api(ao, &late, keys.get(), health);
   TANDEM_RETURN_IF_ERROR(api.start());
+  {
+    // Until the plan exists the status page shows the configured nodes.
+    nlohmann::json names = nlohmann::json::array({{{"name", c.cluster.head_name}, {"role", "head"}, {"devices", nlohmann::json::array()}}});
+    for (const auto& w : c.workers) names.push_back({{"name", w.name}, {"role", "worker"}, {"address", w.address}, {"devices", nlohmann::json::array()}});
+    api.set_status_info({{"nodes", names}, {"n_layer", info->n_layer}});
+  }
   log("API on http://" + c.server.listen + " serving model '" + ao.model_id + "'");
 
   std::vector<plan::NodeSpec> nodes{head_node(c)};
@@ -158,6 +166,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
     for (const auto& s : p->suggestions) msg += "; " + s;
     return Status::resource_exhausted(msg);
   }
+  api.set_status_info(status_info_from_plan(p.value(), nodes, info->n_layer));
   std::string split;
   for (int n : p->split.device_layers) split += (split.empty() ? "" : ", ") + std::to_string(n);
   log("plan: " + std::to_string(p->split.cpu_layers) + " layer(s) on the head's CPU, offload devices [" + split +
@@ -188,7 +197,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.cuda_graphs = o.cuda_graphs;
   so.canary_interval = std::chrono::seconds(o.canary_interval_s);
   so.log = log;
-  so.progress_tty = ::isatty(STDERR_FILENO) != 0;
+  so.progress_tty = ::isatty(STDERR_FILENO) != 0 && log::format() == log::Format::text;
   auto started = std::make_unique<Supervisor>(so);
   started->set_busy_probe([&api] { return api.in_flight(); });
   TANDEM_RETURN_IF_ERROR(started->start());

@@ -10,6 +10,10 @@
 #include <cstring>
 #include <future>
 
+#include "common/cached_tensor.h"
+#include "common/log.h"
+#include "link/control.h"
+
 namespace tandem::gateway {
 namespace {
 
@@ -63,12 +67,14 @@ Status Supervisor::start() {
     forwarders_.push_back(std::move(f));
   }
   thread_ = std::thread([this] { loop(); });
+  poll_thread_ = std::thread([this] { poll_engine(); });
   return Status::ok();
 }
 
 void Supervisor::stop() {
   if (stop_.exchange(true)) return;
   if (thread_.joinable()) thread_.join();
+  if (poll_thread_.joinable()) poll_thread_.join();
   int pid;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -99,6 +105,17 @@ void Supervisor::loop() {
   while (!stop_) {
     tick();
     std::this_thread::sleep_for(kTick);
+  }
+}
+
+void Supervisor::poll_engine() {
+  while (!stop_) {
+    for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(kTick);
+    // The engine pushes status only on changes (load progress, ready); slots, queue and tok/s
+    // change all the time, so they are asked for: the answer reaches engine_status_ through the
+    // client's status callback.
+    auto client = backend_.client();
+    if (client && client->connected()) (void)client->status(1000);
   }
 }
 
@@ -181,6 +198,38 @@ void Supervisor::tick() {
   canary_thread_ = std::thread([this] { start_canary(); });
 }
 
+std::vector<std::string> Supervisor::cache_listing_args() {
+  std::vector<std::string> out;
+  if (!options_.secret || options_.device_layers.empty()) return out;
+  const std::string dir = socket_path_.substr(0, socket_path_.find_last_of('/'));
+  for (size_t i = 0; i < options_.workers.size() && i < forwarders_.size(); ++i) {
+    const WorkerLink& w = options_.workers[i];
+    if (forwarders_[i]->state() != link::LinkState::up) continue;
+    link::HandshakeOptions ho = link::default_handshake_options();
+    ho.name = options_.head_name;
+    auto r = link::control_request(w.address, *options_.secret, "cache", ho);
+    CacheListing listing;
+    if (r.is_ok()) {
+      for (const auto& e : r->value("entries", nlohmann::json::array())) {
+        if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_unsigned()) continue;
+        if (auto h = parse_hash_name(e[0].get<std::string>())) listing[*h] = e[1].get<uint64_t>();
+      }
+    } else {
+      // An older worker or a passing failure: its weights take ggml's own path, slower but whole.
+      log("worker " + w.name + ": no cache listing (" + r.status().message() + "); its weights are hashed on the head");
+    }
+    if (listing.empty()) continue;
+    const std::string path = dir + "/worker-" + std::to_string(i) + ".cache";
+    if (Status s = write_cache_listing(path, listing); !s.is_ok()) {
+      log(s.message());
+      continue;
+    }
+    log("worker " + w.name + ": " + std::to_string(listing.size()) + " cached weights listed");
+    out.push_back("127.0.0.1:" + std::to_string(forwarders_[i]->port()) + "=" + path);
+  }
+  return out;
+}
+
 void Supervisor::spawn_engine() {
   std::vector<std::string> args = {options_.engine_program, "engine", "--socket", socket_path_, "-m", options_.model,
                                    "-c", std::to_string(options_.context), "--parallel", std::to_string(options_.parallel),
@@ -191,6 +240,8 @@ void Supervisor::spawn_engine() {
   if (!options_.device_layers.empty()) args.insert(args.end(), {"--layer-split", join(options_.device_layers)});
   if (options_.threads > 0) args.insert(args.end(), {"-t", std::to_string(options_.threads)});
   if (!options_.cuda_graphs) args.push_back("--no-cuda-graphs");
+  for (const std::string& a : cache_listing_args()) args.insert(args.end(), {"--worker-cache", a});
+  if (log::format() == log::Format::json) args.insert(args.end(), {"--log-format", "json"});
   ::unlink(socket_path_.c_str());
   std::vector<char*> argv;  // built before fork: the child of a threaded process must not allocate
   for (auto& a : args) argv.push_back(a.data());
@@ -400,6 +451,7 @@ HealthReport Supervisor::health() {
                           {"restarts", restarts_},
                           {"slots_busy", engine_status_.slots_busy},
                           {"slots_total", engine_status_.slots_total},
+                          {"waiting", engine_status_.waiting},
                           {"tokens_per_s", engine_status_.tokens_per_s}}},
               {"load", load},
               {"nodes", nodes},

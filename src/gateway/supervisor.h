@@ -73,9 +73,13 @@ class Supervisor {
  private:
   void loop();
   void tick();
+  void poll_engine();  // asks the engine for its status every second, so /health stays live
   bool all_links_up();
   void spawn_engine();
   void kill_engine(const std::string& why, bool backoff = false);
+  // Asks each worker for its cache listing and writes it beside the engine's socket: the
+  // engine's --worker-cache arguments (none for a worker without cache or answer).
+  std::vector<std::string> cache_listing_args();
   void reap_engine();
   void connect_engine();
   void start_canary();
@@ -87,6 +91,7 @@ class Supervisor {
   std::vector<std::unique_ptr<link::Forwarder>> forwarders_;  // constant after start()
   std::function<int()> in_flight_;
   std::thread thread_;
+  std::thread poll_thread_;
   std::thread canary_thread_;  // touched only by the supervision thread and stop()
   std::atomic<bool> stop_{false};
   std::string socket_path_;  // constant after start()

@@ -1,5 +1,5 @@
-// One-line log records on stderr, "2026-12-02T10:20:33.125Z <line>", written whole even when
-// several threads log at once. For the long-running commands (worker, forwarder).
+// Kept for callers not yet moved to common/log.h: one info record of component "link" (or none,
+// when the line names its own subject). New code logs through tandem::log directly.
 #pragma once
 
 #include <string>

@@ -9,7 +9,9 @@
 
 namespace tandem::link {
 
-const char* role_name(Role role) { return role == Role::rpc ? "rpc" : role == Role::control ? "control" : "?"; }
+const char* role_name(Role role) {
+  return role == Role::rpc ? "rpc" : role == Role::control ? "control" : role == Role::probe ? "probe" : "?";
+}
 
 namespace {
 
@@ -161,7 +163,8 @@ Result<Hello> parse_hello(const std::vector<uint8_t>& body) {
   if (m.version != kProtocolVersion) return m;  // the caller answers with version_mismatch
   TANDEM_RETURN_IF_ERROR(expect_size(body, kHelloBody, "HELLO"));
   const uint8_t role = r.u8();
-  if (role != static_cast<uint8_t>(Role::rpc) && role != static_cast<uint8_t>(Role::control)) {
+  if (role != static_cast<uint8_t>(Role::rpc) && role != static_cast<uint8_t>(Role::control) &&
+      role != static_cast<uint8_t>(Role::probe)) {
     return Status::invalid_argument("HELLO names unknown role " + std::to_string(role));
   }
   m.role = static_cast<Role>(role);

@@ -46,7 +46,7 @@ constexpr size_t kProofBody = kMacSize;                                         
 constexpr size_t kMaxVerdictText = 1000;
 
 enum class MsgType : uint8_t { hello = 1, challenge = 2, proof = 3, verdict = 4 };
-enum class Role : uint8_t { rpc = 1, control = 2 };
+enum class Role : uint8_t { rpc = 1, control = 2, probe = 3 };  // probe: see probe.h
 const char* role_name(Role role);
 
 // Frozen across versions (see above): new codes may be added, none renumbered.

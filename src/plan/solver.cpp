@@ -75,7 +75,13 @@ class Solver {
       }
     }
     hop_ps_ = static_cast<int64_t>(std::llround(o.hop_seconds * 1e12));
+    output_on_head_ = nodes[0].devices[0].kind == DeviceKind::gpu;
+    head_last_ = static_cast<int>(nodes[0].devices.size()) - 1;
   }
+
+  // A GPU head keeps the output head on its last GPU (engine::Placement::output_on_head).
+  bool output_on_head() const { return output_on_head_; }
+  int head_last() const { return head_last_; }
 
   // Memory a device needs for layers [first, first+count); `output`: it holds the output head.
   uint64_t need(const FlatDevice& f, int first, int count, bool output, bool pipeline) const {
@@ -112,6 +118,8 @@ class Solver {
   Prefix prefix_;
   std::vector<FlatDevice> flat_;
   int64_t hop_ps_ = 0;
+  bool output_on_head_ = false;
+  int head_last_ = 0;
 };
 
 Cost Solver::solve_for_last(int last, bool pipeline, std::vector<int>* ranges) const {
@@ -130,7 +138,7 @@ Cost Solver::solve_for_last(int last, bool pipeline, std::vector<int>* ranges) c
   for (int j = 0; j < m; ++j) {
     const FlatDevice& f = flat_[j];
     const bool new_node = j == 0 || flat_[j - 1].node != f.node;
-    const bool is_output = j == m - 1;
+    const bool is_output = output_on_head_ ? j == head_last_ : j == m - 1;
     for (int l = 0; l <= L; ++l) {
       for (int u = 0; u < 2; ++u) {
         const Cost& from = dp[at(j, l, u)];
@@ -307,6 +315,7 @@ Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, co
         for (size_t j = 0; j < solver.flat().size(); ++j) {
           if (solver.flat()[j].node <= last) output_index = static_cast<int>(j);
         }
+        if (solver.output_on_head()) output_index = solver.head_last();
       }
     }
   }

@@ -6,7 +6,9 @@
 // (the activations go head -> worker 1 -> ... -> last worker -> head). Among plans with the same
 // time the one whose fullest device is least full wins, so equal boxes get balanced ranges. The
 // search is exhaustive over contiguous splits (dynamic programming), so the result is optimal for
-// this cost model and deterministic: the same inputs give the same plan.
+// this cost model and deterministic: the same inputs give the same plan. The output head goes with
+// the last device on the path, except on a GPU head: there it stays on the head's last GPU, so
+// that logits never cross the link (the engine places it so: engine::Placement::output_on_head).
 #pragma once
 
 #include <cstdint>

@@ -16,26 +16,9 @@ namespace fs = std::filesystem;
 
 namespace tandem::worker {
 
-uint64_t fnv1a(const void* data, size_t n, uint64_t hash) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    hash ^= p[i];
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
-std::string hash_name(uint64_t hash) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(hash));
-  return buf;
-}
-
 namespace {
 
-bool is_hash_name(const std::string& n) {
-  return n.size() == 16 && n.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
+bool is_hash_name(const std::string& n) { return parse_hash_name(n).has_value(); }
 
 // Reads `bytes` at `offset` of `path` in chunks, hashing and optionally copying them to `out_fd`.
 Result<uint64_t> hash_range(int fd, const std::string& path, uint64_t offset, uint64_t bytes, int out_fd) {
@@ -133,7 +116,7 @@ Result<SeedResult> seed_cache(const SeedOptions& o) {
   SeedResult r;
   for (const auto& t : info->tensors) {
     if (t.layer >= 0 && o.first_layer >= 0 && (t.layer < o.first_layer || t.layer > o.last_layer)) continue;
-    if (t.bytes <= kHashThreshold) {
+    if (t.bytes <= kSeedThreshold) {
       ++r.tensors_small;
       r.bytes_small += t.bytes;
       continue;
@@ -171,7 +154,7 @@ Result<std::vector<std::string>> model_cache_names(const std::string& model) {
   if (!files.is_ok()) return files.status();
   std::vector<std::string> names;
   for (const auto& t : info->tensors) {
-    if (t.bytes <= kHashThreshold) continue;
+    if (t.bytes <= kSeedThreshold) continue;
     auto hash = hash_range(files->fds[t.split], info->files[t.split], t.file_offset, t.bytes, -1);
     if (!hash.is_ok()) return hash.status();
     names.push_back(hash_name(hash.value()));

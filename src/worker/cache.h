@@ -6,9 +6,10 @@
 // chunked async path needs a device with host buffers, which RPC devices are not), and the RPC
 // client, for a weight buffer and a size strictly above 10 MiB, first sends only the hash
 // (RPC_CMD_SET_TENSOR_HASH); the server answers from `<cache>/<hash>` when that file exists, and
-// otherwise receives the data and saves it there. Tensors of 10 MiB or less always travel.
-// Seeding writes those files from the worker's own copy of the model, so a load from the head sends
-// hashes instead of weights.
+// otherwise receives the data and saves it there. Tensors of 10 MiB or less always travel that way.
+// Seeding writes those files from the worker's own copy of the model, for every weight above
+// kSeedThreshold (1 MiB), so a load from the head sends hashes, or tandem's markers
+// (common/cached_tensor.h, which also go below ggml's threshold), instead of weights.
 #pragma once
 
 #include <cstdint>
@@ -16,16 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "common/cached_tensor.h"
 #include "common/status.h"
 
 namespace tandem::worker {
 
-// ggml's threshold: tensors strictly larger than this are looked up by hash.
-constexpr uint64_t kHashThreshold = 10ull * 1024 * 1024;
-
-// FNV-1a, 64 bit, as ggml's RPC computes it. `seed` chains calls over consecutive chunks.
-uint64_t fnv1a(const void* data, size_t n, uint64_t seed = 0xcbf29ce484222325ULL);
-std::string hash_name(uint64_t hash);  // 16 lowercase hex digits
+using tandem::fnv1a;
+using tandem::hash_name;
+using tandem::kHashThreshold;
+using tandem::kSeedThreshold;
 
 struct CacheEntry {
   std::string name;       // file name (the hash)

@@ -16,6 +16,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/log.h"
+
 extern char** environ;
 
 namespace tandem::worker {
@@ -157,6 +159,7 @@ pid_t RpcChild::spawn() {
                                    "--threads", std::to_string(options_.threads)};
   for (const auto& d : options_.devices) args.insert(args.end(), {"--device", d});
   if (!options_.cache_dir.empty()) args.insert(args.end(), {"--cache-dir", options_.cache_dir});
+  if (log::format() == log::Format::json) args.insert(args.end(), {"--log-format", "json"});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -1,8 +1,13 @@
 #include "worker/rpc_server.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <thread>
+
+#include "common/log.h"
 
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
@@ -44,6 +49,34 @@ Result<std::vector<ggml_backend_dev_t>> pick(const std::vector<std::string>& nam
   return out;
 }
 
+// ggml's RPC server prints to stdout and stderr itself ("Accepted client connection"). With JSON
+// logs, both go into a pipe instead, and a thread turns each line into a record on the original
+// stderr, so that the worker's whole output stays one JSON object per line.
+void relay_output_as_records() {
+  int p[2];
+  const int original = ::dup(STDERR_FILENO);
+  if (original < 0 || ::pipe(p) != 0) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::dup2(p[1], STDOUT_FILENO);
+  ::dup2(p[1], STDERR_FILENO);
+  ::close(p[1]);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::thread([in = p[0], original] {
+    std::string pending;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(in, buf, sizeof buf)) > 0;) {
+      pending.append(buf, static_cast<size_t>(n));
+      for (size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) {
+        if (nl == 0) continue;
+        const std::string rec = log::render(log::Format::json, log::timestamp_now(), log::Level::info, "rpc-server",
+                                            pending.substr(0, nl), {}) + "\n";
+        (void)!::write(original, rec.data(), rec.size());
+      }
+    }
+  }).detach();
+}
+
 }  // namespace
 
 Result<std::vector<std::string>> resolve_devices(const std::vector<std::string>& names) {
@@ -64,6 +97,7 @@ Status run_rpc_server(const RpcServerOptions& o) {
     if (ec) return Status::invalid_argument("cache folder " + o.cache_dir + ": " + ec.message());
     cache = o.cache_dir.c_str();
   }
+  if (log::format() == log::Format::json) relay_output_as_records();
   const size_t threads = o.threads > 0 ? static_cast<size_t>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
   ggml_backend_rpc_start_server(o.endpoint.c_str(), cache, threads, devs->size(), devs->data());
   return Status::unavailable("ggml's RPC server stopped");

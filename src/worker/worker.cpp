@@ -10,10 +10,12 @@
 #include <ctime>
 
 #include "common/build_info.h"
+#include "common/log.h"
+#include "common/systemd_notify.h"
 #include "common/units.h"
 #include "link/control.h"
-#include "link/log.h"
-#include "link/splice.h"
+#include "link/probe.h"
+#include "worker/rpc_splice.h"
 #include "worker/cache.h"
 #include "worker/devices.h"
 
@@ -44,7 +46,7 @@ Worker::~Worker() { stop(); }
 
 Status Worker::start() {
   child_.on_event([this](const std::string& event, const std::string& detail) {
-    link::log_line("worker: " + detail);
+    log::info("worker", detail);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       last_event_ = detail;
@@ -53,7 +55,7 @@ Status Worker::start() {
   });
   TANDEM_RETURN_IF_ERROR(child_.start());
   const RpcChildInfo info = child_.info();
-  link::log_line("worker: RPC server started (pid " + std::to_string(info.pid) + "); " + info.isolation);
+  log::info("worker", "RPC server started (pid " + std::to_string(info.pid) + "); " + info.isolation);
   enforce_cache_limit_now();
   auto l = link::listen_tcp(options_.listen);
   if (!l.is_ok()) {
@@ -63,8 +65,9 @@ Status Worker::start() {
   listener_ = std::move(l.value());
   port_ = link::local_port(listener_.get());
   if (::pipe2(wake_, O_CLOEXEC) != 0) return Status::internal("pipe failed");
+  accepting_ = true;
   accept_thread_ = std::thread(&Worker::accept_loop, this);
-  link::log_line("worker '" + options_.handshake.name + "': listening on " +
+  log::info("worker", "'" + options_.handshake.name + "': listening on " +
                  link::Endpoint{options_.listen.host, port_}.to_string());
   return Status::ok();
 }
@@ -90,7 +93,13 @@ void Worker::stop() {
   }
 }
 
+bool Worker::healthy() const { return accepting_ && !stopping_; }
+
 void Worker::accept_loop() {
+  struct Done {
+    std::atomic<bool>& flag;
+    ~Done() { flag = false; }
+  } done{accepting_};
   while (!stopping_) {
     pollfd p[2] = {{listener_.get(), POLLIN, 0}, {wake_[0], POLLIN, 0}};
     if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
@@ -101,7 +110,7 @@ void Worker::accept_loop() {
     // Unauthenticated peers cost a thread each for up to three handshake deadlines: bound them.
     if (handshaking_.load() >= kMaxHandshakes) {
       ++refused_;
-      link::log_line("connection from " + link::peer_address(fd) + ": role ?: refused: " +
+      log::info("worker", "connection from " + link::peer_address(fd) + ": role ?: refused: " +
                      std::to_string(kMaxHandshakes) + " handshakes already in progress");
       ::close(fd);
       continue;
@@ -127,17 +136,19 @@ void Worker::serve(int raw_fd) {
                           (seen.name.empty() ? "" : ", peer '" + seen.name + "'");
   if (!peer.is_ok()) {
     ++refused_;
-    link::log_line(who + ": refused: " + peer.status().message());
+    log::info("worker", who + ": refused: " + peer.status().message());
   } else {
     ++accepted_;
     std::string outcome;
     if (peer->role == link::Role::rpc) {
       outcome = serve_rpc(fd.get(), peer.value());
       release_rpc();
+    } else if (peer->role == link::Role::probe) {
+      outcome = link::serve_probe(fd.get(), options_.control_idle);
     } else {
       outcome = serve_control(fd.get());
     }
-    link::log_line(who + ": accepted; " + outcome);
+    log::info("worker", who + ": accepted; " + outcome);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   live_fds_.erase(fd.get());
@@ -204,16 +215,25 @@ std::string Worker::serve_rpc(int fd, const link::PeerInfo& peer) {
   }
   const uint64_t in0 = bytes_from_head_, out0 = bytes_to_head_;
   const auto t0 = std::chrono::steady_clock::now();
-  link::splice(fd, child->get(), &bytes_from_head_, &bytes_to_head_);
+  RpcSpliceOptions so;
+  so.cache_dir = options_.rpc.cache_dir;
+  so.from_head = &bytes_from_head_;
+  so.to_head = &bytes_to_head_;
+  const RpcSpliceResult spliced = rpc_splice(fd, child->get(), so);
+  if (!spliced.error.empty()) log::warn("worker", "rpc session from " + peer.name + " cut: " + spliced.error);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     live_fds_.erase(child->get());
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  char buf[160];
+  char buf[200];
   std::snprintf(buf, sizeof buf, "session ended after %.1f s, %s from the head, %s to it", secs,
                 format_bytes(bytes_from_head_ - in0).c_str(), format_bytes(bytes_to_head_ - out0).c_str());
-  return buf;
+  std::string out = buf;
+  if (spliced.cached_loads > 0) {
+    out += ", " + std::to_string(spliced.cached_loads) + " weights (" + format_bytes(spliced.cached_bytes) + ") loaded from the cache";
+  }
+  return out;
 }
 
 std::string Worker::serve_control(int fd) {
@@ -242,9 +262,12 @@ std::string Worker::serve_control(int fd) {
     } else if (op == "status") {
       rsp["ok"] = true;
       rsp["result"] = status();
+    } else if (op == "cache") {
+      rsp["ok"] = true;
+      rsp["result"] = cache_listing();
     } else {
       rsp["ok"] = false;
-      rsp["error"] = "unknown op '" + op + "' (known: status, ping)";
+      rsp["error"] = "unknown op '" + op + "' (known: status, ping, cache)";
     }
     std::lock_guard<std::mutex> lock(control->write_mutex);
     if (Status s = link::write_json(fd, rsp, link::deadline_in(link::Millis(5000))); !s.is_ok()) {
@@ -276,9 +299,21 @@ void Worker::enforce_cache_limit_now() {
   if (dir.empty() || options_.cache_max_bytes == 0) return;
   auto removed = enforce_cache_limit(dir, options_.cache_max_bytes);
   if (removed.is_ok() && removed.value() > 0) {
-    link::log_line("worker: weight cache over " + format_bytes(options_.cache_max_bytes) + ": evicted " +
+    log::info("worker", "weight cache over " + format_bytes(options_.cache_max_bytes) + ": evicted " +
                    format_bytes(removed.value()) + " of least recently used entries");
   }
+}
+
+nlohmann::json Worker::cache_listing() const {
+  nlohmann::json entries = nlohmann::json::array();
+  const std::string& dir = options_.rpc.cache_dir;
+  if (!dir.empty()) {
+    auto list = list_cache(dir);
+    if (list.is_ok()) {
+      for (const auto& e : list.value()) entries.push_back({e.name, e.bytes});
+    }
+  }
+  return {{"dir", dir}, {"entries", entries}};
 }
 
 nlohmann::json Worker::status() const {
@@ -300,7 +335,7 @@ nlohmann::json Worker::status() const {
   j["devices"] = devices;
   j["rpc_server"] = {{"state", child_state_name(child.state)}, {"pid", child.pid},
                      {"restarts", child.starts > 0 ? child.starts - 1 : 0}, {"last_exit", child.last_exit},
-                     {"isolated", child.isolated}, {"isolation", child.isolation},
+                     {"isolated", child.isolated}, {"isolation", child.isolation}, {"port", child.port},
                      {"cuda_graphs", options_.rpc.cuda_graphs}};
   j["bytes"] = {{"from_head", bytes_from_head_.load()}, {"to_head", bytes_to_head_.load()}};
   j["connections"] = {{"accepted", accepted_.load()}, {"refused", refused_.load()}};
@@ -325,11 +360,16 @@ Status run_worker(const WorkerOptions& options, link::Secret secret) {
   ::signal(SIGPIPE, SIG_IGN);
   Worker worker(options, std::move(secret));
   TANDEM_RETURN_IF_ERROR(worker.start());
+  systemd::notify_ready("listening on port " + std::to_string(worker.port()));
+  systemd::WatchdogPinger watchdog;
+  watchdog.start([&worker] { return worker.healthy(); });
   int sig = 0;
   ::sigwait(&set, &sig);
-  link::log_line(std::string("worker: ") + strsignal(sig) + ": stopping");
+  log::info("worker", std::string(strsignal(sig)) + ": stopping");
+  systemd::notify_stopping();
+  watchdog.stop();
   worker.stop();
-  link::log_line("worker: stopped");
+  log::info("worker", "stopped");
   return Status::ok();
 }
 

@@ -6,7 +6,8 @@
 //            client and leaves a second hanging forever), a second one is refused at once with a
 //            verdict naming the head already connected;
 //   control  JSON lines (link/control.h): "status", "ping"; events such as the RPC child's
-//            restarts are pushed to every control connection.
+//            restarts are pushed to every control connection;
+//   probe    echo and bulk transfers that measure the cable (link/probe.h), for `tandem doctor`.
 // Nothing reaches the RPC child before a peer has proved that it holds the cluster secret.
 // One log line per connection: peer, role, outcome.
 #pragma once
@@ -54,7 +55,11 @@ class Worker {
   void stop();
 
   uint16_t port() const { return port_; }
+  // True while the listener accepts connections (for the systemd watchdog).
+  bool healthy() const;
   nlohmann::json status() const;  // the "status" answer of the control channel
+  // The "cache" answer: {"dir", "entries": [[hash name, bytes], ...]} (empty without a cache).
+  nlohmann::json cache_listing() const;
 
  private:
   struct Control {
@@ -84,6 +89,7 @@ class Worker {
   link::ThreadSet connections_;  // one per accepted connection
 
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> accepting_{false};  // the accept loop runs
   std::atomic<uint64_t> bytes_from_head_{0}, bytes_to_head_{0};
   std::atomic<uint64_t> accepted_{0}, refused_{0};
   std::atomic<int> handshaking_{0};  // connections still in the handshake

@@ -20,12 +20,16 @@ TEST(Config, ReadsEveryKeyOfTheExample) {
   EXPECT_EQ(c->workers[0].name, "box-b");
   EXPECT_EQ(c->workers[0].address, "10.0.0.2:7070");
   EXPECT_EQ(c->workers[0].memory, 120ull << 30);
+  EXPECT_EQ(c->workers[0].listen, "0.0.0.0:7070");
+  EXPECT_EQ(c->workers[0].cache_dir, "/var/cache/tandem/rpc");
+  EXPECT_EQ(c->workers[0].cache_max_size, 400ull << 30);
   EXPECT_EQ(c->model.path, "/models/MiniMax-M3-UD-IQ4_XS-00001-of-00005.gguf");
   EXPECT_EQ(c->model.context, 32768u);
   EXPECT_EQ(c->model.parallel, 2u);
   EXPECT_EQ(c->model.kv_type, "f16");
   EXPECT_EQ(c->server.listen, "0.0.0.0:8080");
   EXPECT_EQ(c->server.keys_db, "/var/lib/tandem/keys.db");
+  EXPECT_FALSE(c->server.status_page_public);
   EXPECT_DOUBLE_EQ(c->plan.margin, 0.05);
   EXPECT_EQ(c->plan.margin_bytes, 1ull << 30);
   EXPECT_DOUBLE_EQ(c->plan.hop_ms, 0.5);
@@ -56,6 +60,7 @@ TEST(Config, MistakesNameTheLineAndTheKey) {
   const BadCase cases[] = {
       {"[model]\ncontext = \"big\"\n", "tandem.toml:2: [model] context: expected an integer"},
       {"[model]\nparallel = 0\n", "tandem.toml:2: [model] parallel: must be in 1..256, got 0"},
+      {"[server]\nstatus_page_public = 1\n", "tandem.toml:2: [server] status_page_public: expected true or false"},
       {"[model]\npath = \"m\"\ncontxt = 4\n", "tandem.toml:3: [model] contxt: unknown key"},
       {"[modle]\npath = \"m\"\n", "tandem.toml:1: top level: modle: unknown key"},
       {"[cluster]\nhead_memory = \"lots\"\n", "tandem.toml:2: [cluster] head_memory: 'lots' is not a size"},

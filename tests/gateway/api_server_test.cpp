@@ -273,5 +273,43 @@ TEST_F(ApiServerTest, InsecureModeNeedsNoKey) {
   EXPECT_EQ(r->status, 200);
 }
 
+TEST_F(ApiServerTest, TheStatusPageIsPublicItsFiguresNeedAKey) {
+  auto page = client_->Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->body.find("<title>tandem status</title>"), std::string::npos);
+  EXPECT_NE(page->get_header_value("Content-Security-Policy").find("connect-src 'self'"), std::string::npos);
+  EXPECT_EQ(client_->Get("/status.json")->status, 401);
+  EXPECT_EQ(client_->Get("/status.json", auth("sk-wrong"))->status, 401);
+
+  health_.state = "loading";
+  health_.detail = {{"engine", {{"tokens_per_s", 12.5}, {"waiting", 3}}},
+                    {"load", {{"fraction", 0.25}, {"eta_s", 30}}},
+                    {"nodes", {{{"name", "box-b"}, {"state", "up"}, {"bytes_to_worker", 42}}}}};
+  server_->set_status_info({{"n_layer", 4},
+                            {"nodes", {{{"name", "box-a"}, {"role", "head"}, {"layers", 1}},
+                                       {{"name", "box-b"}, {"role", "worker"}, {"layers", 3}},
+                                       {{"name", "box-c"}, {"role", "worker"}, {"layers", 0}}}}});
+  auto r = client_->Get("/status.json", auth(key_));
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["state"], "loading");
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["engine"]["tokens_per_s"], 12.5);
+  EXPECT_EQ(j["engine"]["waiting"], 3);
+  EXPECT_EQ(j["load"]["eta_s"], 30);
+  EXPECT_EQ(j["plan"]["n_layer"], 4);
+  ASSERT_EQ(j["nodes"].size(), 3u);
+  EXPECT_EQ(j["nodes"][0]["state"], "loading");  // the head's state is the gateway's
+  EXPECT_EQ(j["nodes"][1]["state"], "up");
+  EXPECT_EQ(j["nodes"][1]["bytes_to_worker"], 42);
+  EXPECT_EQ(j["nodes"][2]["state"], "unused");
+
+  ApiOptions o;
+  o.status_page_public = true;
+  start(o);
+  EXPECT_EQ(client_->Get("/status.json")->status, 200);
+}
+
 }  // namespace
 }  // namespace tandem::gateway

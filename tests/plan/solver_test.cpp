@@ -105,10 +105,21 @@ TEST(Solver, IsDeterministic) {
   EXPECT_EQ(layers_per_device(first.value()), layers_per_device(second.value()));
 }
 
-TEST(Solver, TheOutputHeadGoesWithTheLastDeviceOnThePath) {
-  auto p = solve(toy_model(10, 10), {node("a", 80), node("b", 80), node("c", 1)}, options());
-  ASSERT_TRUE(p.is_ok() && p->fits);
+TEST(Solver, OnACpuHeadTheOutputHeadGoesWithTheLastDeviceOnThePath) {
+  auto p = solve(toy_model(10, 10), {node("a", 80, 100e9, DeviceKind::cpu), node("b", 80), node("c", 1)}, options());
+  ASSERT_TRUE(p.is_ok() && p->fits) << p->failure;
+  EXPECT_FALSE(p->devices[0].output);
   EXPECT_TRUE(p->devices[1].output);
+  EXPECT_FALSE(p->devices[2].output);
+}
+
+// The engine keeps the output head on a GPU head (engine::Placement::output_on_head): logits never
+// cross the link.
+TEST(Solver, AGpuHeadKeepsTheOutputHead) {
+  auto p = solve(toy_model(10, 10), {node("a", 80), node("b", 80), node("c", 1)}, options());
+  ASSERT_TRUE(p.is_ok() && p->fits) << p->failure;
+  EXPECT_TRUE(p->devices[0].output);
+  EXPECT_FALSE(p->devices[1].output);
   EXPECT_FALSE(p->devices[2].output);
   EXPECT_EQ(p->split.device_layers, (std::vector<int>{5, 5}));
 }
@@ -156,7 +167,7 @@ TEST(Solver, RefusesBadNodeLists) {
 }
 
 TEST(Solver, SuggestsWhatWouldFit) {
-  auto p = make_plan(toy_model(10, 10), {node("a", 60)}, options());
+  auto p = make_plan(toy_model(10, 10), {node("a", 66)}, options());
   ASSERT_TRUE(p.is_ok());
   ASSERT_FALSE(p->fits);
   ASSERT_FALSE(p->suggestions.empty());

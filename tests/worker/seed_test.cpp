@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "common/cached_tensor.h"
+#include "engine/generate.h"
 #include "engine/model_loader.h"
 #include "link/forwarder.h"
 #include "plan/model_info.h"
@@ -23,8 +25,13 @@ using namespace tandem::testing;
 
 // qwen3moe, 2 layers, hidden 1024, 8 experts of 4096 in Q8_0: each expert tensor is ~17 MiB,
 // above ggml's 10 MiB hash threshold; attention and norms (below it) are <1% of a layer.
-std::string write_big_model(const ScratchDir& dir) {
+std::string write_big_model(const ScratchDir& dir, bool wide_attention = false) {
   synth::ModelSpec spec = synth::preset("tiny-qwen3moe").value();
+  if (wide_attention) {  // attention Q and O of 2.1 MiB: under ggml's threshold, over tandem's
+    spec.n_head = 16;
+    spec.head_dim = 128;
+    spec.n_rot = 128;
+  }
   spec.n_embd = 1024;
   spec.n_ff_exp = 4096;
   spec.n_expert = 8;
@@ -102,6 +109,118 @@ TEST(Seed, ASeededCacheSendsUnderOnePercentOfTheWorkersShare) {
   for (const auto& e : a.value()) {
     EXPECT_TRUE(std::any_of(b->begin(), b->end(), [&](const CacheEntry& s) { return s.name == e.name; })) << e.name;
   }
+}
+
+// What `tandem serve` hands the engine: the worker's cache listing as a file.
+std::string listing_file(const ScratchDir& dir, const std::string& cache, const std::string& name) {
+  CacheListing listing;
+  const auto entries = list_cache(cache);
+  for (const auto& e : entries.value()) listing[parse_hash_name(e.name).value()] = e.bytes;
+  const std::string path = dir.file(name);
+  EXPECT_TRUE(write_cache_listing(path, listing).is_ok());
+  return path;
+}
+
+engine::GenerateOptions big_options(const std::string& model) {
+  engine::GenerateOptions g;
+  g.model = model;
+  g.prompt = "Two desktop boxes joined by one cable";
+  g.n_predict = 8;
+  g.n_ctx = 128;
+  g.threads = 2;
+  g.ignore_eos = true;
+  g.placement.cpu_weight_repack = false;  // the RPC server's CPU backend never repacks
+  return g;
+}
+
+// The engine's cached uploads: the worker's weights go as markers the worker serves from its
+// cache, the link carries almost nothing, and the model computes exactly what one process does.
+TEST(Seed, ListedWeightsLoadFromTheWorkersCacheAndGiveTheTokensOfOneProcess) {
+  ScratchDir dir;
+  const link::Secret secret = make_secret(dir.file("cluster.key"));
+  const std::string model = write_big_model(dir, true);
+  const uint64_t share = worker_share(model);
+  auto alone = engine::generate(big_options(model));
+  ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+
+  ASSERT_TRUE(seed_cache({model, dir.file("cache"), 1, 1}).is_ok());
+  WorkerProcess w(dir, "box-m", dir.file("cluster.key"), {"--cache-dir", dir.file("cache")});
+  ASSERT_TRUE(w.up()) << w.log();
+  link::ForwarderOptions fo;
+  fo.worker = w.ep();
+  link::Forwarder f(fo, secret);
+  ASSERT_TRUE(f.start().is_ok());
+  ASSERT_TRUE(f.wait_until_up(link::Millis(10000)));
+  const std::string endpoint = "127.0.0.1:" + std::to_string(f.port());
+  engine::GenerateOptions split = big_options(model);
+  split.placement.rpc_servers = {endpoint};
+  split.placement.cpu_layers = 1;
+  split.placement.device_layers = {1};
+  split.placement.cache_listings = {{endpoint, listing_file(dir, dir.file("cache"), "listing")}};
+  auto through = engine::generate(split);
+  ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
+  EXPECT_EQ(through->tokens, alone->tokens);
+  const uint64_t sent = f.stats().bytes_to_worker;
+  std::printf("worker share %llu bytes, link bytes %llu (%.3f%%)\n", static_cast<unsigned long long>(share),
+              static_cast<unsigned long long>(sent), 100.0 * sent / share);
+  EXPECT_LT(sent, share / 100);
+  f.stop();  // ends the session: the worker logs what it served from the cache
+  // 3 expert matrices and the output head (ggml would hash those too) and attention Q and O of
+  // layer 1, which ggml would send whole.
+  EXPECT_TRUE(w.wait_log("6 weights")) << w.log();
+}
+
+// A listing that no longer matches the cache (entries removed after the head read it) fails the
+// engine's load with the worker's reason; the worker stays up and serves the next head.
+TEST(Seed, AListedWeightMissingFromTheCacheFailsTheLoadNotTheWorker) {
+  ScratchDir dir;
+  const link::Secret secret = make_secret(dir.file("cluster.key"));
+  const std::string model = write_big_model(dir);
+  ASSERT_TRUE(seed_cache({model, dir.file("cache"), 1, 1}).is_ok());
+  const std::string listing = listing_file(dir, dir.file("cache"), "listing");
+  const auto entries = list_cache(dir.file("cache"));
+  for (const auto& e : entries.value()) std::filesystem::remove(dir.file("cache") + "/" + e.name);
+  WorkerProcess w(dir, "box-g", dir.file("cluster.key"), {"--cache-dir", dir.file("cache")});
+  ASSERT_TRUE(w.up()) << w.log();
+  link::ForwarderOptions fo;
+  fo.worker = w.ep();
+  link::Forwarder f(fo, secret);
+  ASSERT_TRUE(f.start().is_ok());
+  ASSERT_TRUE(f.wait_until_up(link::Millis(10000)));
+  const std::string endpoint = "127.0.0.1:" + std::to_string(f.port());
+  // ggml's RPC client aborts its process when the worker cuts the session: run the engine apart.
+  auto r = run_tandem("engine -m " + model + " --prompt hi -n 2 --no-cpu-repack --rpc " + endpoint +
+                          " --cpu-layers 1 --layer-split 1 --worker-cache " + endpoint + "=" + listing,
+                      dir.file(""));
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(w.wait_log("not in " + dir.file("cache"))) << w.log();
+  EXPECT_TRUE(f.wait_until_up(link::Millis(10000)));
+  auto again = engine::generate([&] {
+    auto g = big_options(model);
+    g.n_predict = 2;
+    g.placement.rpc_servers = {endpoint};
+    g.placement.cpu_layers = 1;
+    g.placement.device_layers = {1};
+    return g;
+  }());
+  EXPECT_TRUE(again.is_ok()) << again.status().to_string() << "\n" << w.log();
+}
+
+TEST(Seed, CacheListingsAndMarkersRoundTrip) {
+  ScratchDir dir;
+  CacheListing l{{0x0123456789abcdefULL, 42}, {7, 11ull << 30}};
+  ASSERT_TRUE(write_cache_listing(dir.file("l"), l).is_ok());
+  auto back = read_cache_listing(dir.file("l"));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back.value(), l);
+  write_file(dir.file("bad"), "0123 12\n");
+  EXPECT_FALSE(read_cache_listing(dir.file("bad")).is_ok());
+  const auto m = encode_cached_marker({0xfeedULL, 99});
+  auto parsed = parse_cached_marker(m.data(), m.size());
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->hash, 0xfeedULL);
+  EXPECT_EQ(parsed->bytes, 99u);
+  EXPECT_FALSE(parse_cached_marker(m.data(), m.size() - 1).has_value());
 }
 
 TEST(Seed, PruneKeepsOnlyTheGivenModelsEntries) {

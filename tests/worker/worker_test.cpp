@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "link/protocol.h"
 #include "link/socket.h"
@@ -217,6 +218,28 @@ TEST(Worker, SigtermStopsItCleanly) {
   ASSERT_TRUE(w.process().signal(SIGTERM));
   EXPECT_EQ(w.process().wait(15000), 0) << w.log();
   EXPECT_NE(w.log().find("worker: stopped"), std::string::npos) << w.log();
+}
+
+}  // namespace
+}  // namespace tandem::worker
+
+namespace tandem::worker {
+namespace {
+
+using namespace tandem::testing;
+
+TEST(Worker, ListsItsCacheOnTheControlChannel) {
+  ScratchDir dir;
+  const link::Secret secret = make_secret(dir.file("cluster.key"));
+  std::filesystem::create_directories(dir.file("cache"));
+  write_file(dir.file("cache") + "/00000000000000ab", std::string(1234, 'x'));
+  write_file(dir.file("cache") + "/not-an-entry", "ignored");
+  WorkerProcess w(dir, "box-l", dir.file("cluster.key"), {"--cache-dir", dir.file("cache")});
+  ASSERT_TRUE(w.up()) << w.log();
+  auto r = link::control_request(w.ep(), secret, "cache", link::default_handshake_options());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->value("dir", ""), dir.file("cache"));
+  EXPECT_EQ(r->at("entries"), nlohmann::json::parse(R"([["00000000000000ab", 1234]])"));
 }
 
 }  // namespace

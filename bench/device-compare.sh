@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The GPU comparison on the lent H200 machine, in steps that each fit one device call:
+#   bench/device-compare.sh build     CUDA build for sm_90 (scripts/device-build.sh), ~4 min
+#   bench/device-compare.sh model     writes the m3-proxy model to /tmp (tandem synth), ~75 s
+#   bench/device-compare.sh compare [ROUNDS]   bench/compare.sh with SPLIT_MODE=gpu
+# Results and logs go to $OUT (the device tool's output folder) as well as bench/results/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-/tmp/device-out}
+mkdir -p "$out"
+sysroot=/tmp/tandem-dev/sysroot
+export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export TANDEM_CACHE=/tmp/tandem-cache
+model=/tmp/m3-proxy.gguf
+case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]}" in
+  build)
+    "$root/scripts/device-build.sh" tandem tandem-engine 2>&1 | tail -5
+    ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
+  model)
+    [ -f "$model" ] || "$root/build-cuda/tandem" synth --preset m3-proxy -o "$model"
+    "$root/build-cuda/tandem" inspect "$model" | head -20 ;;
+  compare)
+    nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv > "$out/gpu.txt"
+    lscpu | grep -E 'Model name|^CPU\(s\)' >> "$out/gpu.txt"
+    MACHINE=${MACHINE:-h200} SPLIT_MODE=gpu "$root/bench/compare.sh" "$root/build-cuda" "$model" "${2:-1}"
+    cp -r "$root"/bench/results/*-"${MACHINE:-h200}" "$out/" ;;
+esac

@@ -1,0 +1,89 @@
+#include "gateway/status_page.h"
+
+#include <algorithm>
+#include <map>
+
+#include "gateway/status_page_html.h"
+
+namespace tandem::gateway {
+
+using nlohmann::json;
+
+const std::string& status_page_html() {
+  static const std::string html(kStatusPageHtml);
+  return html;
+}
+
+json status_info_from_plan(const plan::Plan& p, const std::vector<plan::NodeSpec>& nodes, uint32_t n_layer) {
+  // Layers per node from the split libllama gets (it may have been given by hand with --layers):
+  // the head's CPU and local GPUs first, then one device per entry of rpc_nodes.
+  const plan::LlamaSplit& sp = p.split;
+  std::map<std::string, std::pair<int, int>> range;  // node -> first layer, count
+  const size_t n_local = sp.device_layers.size() - std::min(sp.device_layers.size(), sp.rpc_nodes.size());
+  int next = 0;
+  int head = sp.cpu_layers;
+  for (size_t i = 0; i < n_local && sp.use_local_gpus; ++i) head += sp.device_layers[i];
+  if (!nodes.empty()) range[nodes[0].name] = {0, head};
+  next = head;
+  for (size_t j = 0; j < sp.rpc_nodes.size() && n_local + j < sp.device_layers.size(); ++j) {
+    auto& r = range[sp.rpc_nodes[j]];
+    if (r.second == 0) r.first = next;
+    r.second += sp.device_layers[n_local + j];
+    next += sp.device_layers[n_local + j];
+  }
+  json out = {{"tokens_per_s", p.tokens_per_second()}, {"n_layer", n_layer}, {"nodes", json::array()}};
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const auto it = range.find(nodes[i].name);
+    const int first = it == range.end() ? 0 : it->second.first, layers = it == range.end() ? 0 : it->second.second;
+    json node = {{"name", nodes[i].name}, {"role", i == 0 ? "head" : "worker"}, {"address", nodes[i].address},
+                 {"first_layer", first}, {"layers", layers}, {"devices", json::array()}};
+    int planned = 0;
+    for (const auto& d : p.devices) {
+      if (d.node != nodes[i].name) continue;
+      planned += d.n_layers;
+      node["devices"].push_back({{"name", d.device},
+                                 {"kind", d.kind == plan::DeviceKind::cpu ? "cpu" : "gpu"},
+                                 {"need_bytes", d.need()},
+                                 {"free_bytes", d.free_bytes},
+                                 {"margin_bytes", d.margin}});
+    }
+    // With a split by hand the planner's memory figures are for other layers: show free memory only.
+    if (planned != layers) {
+      for (auto& d : node["devices"]) d["need_bytes"] = nullptr;
+    }
+    out["nodes"].push_back(node);
+  }
+  return out;
+}
+
+json status_snapshot(const HealthReport& h, const json& info, const std::string& state, int in_flight, const std::string& model_id) {
+  const json& d = h.detail;
+  json out = {{"state", state},
+              {"model", model_id},
+              {"requests_in_flight", in_flight},
+              {"engine", d.value("engine", json::object())},
+              {"load", d.value("load", json::object())},
+              {"last_error", d.value("last_error", std::string())},
+              {"phase", d.value("phase", std::string())},
+              {"plan", {{"tokens_per_s", info.value("tokens_per_s", 0.0)}, {"n_layer", info.value("n_layer", 0)}}},
+              {"nodes", json::array()}};
+  const json links = d.value("nodes", json::array());
+  for (json node : info.value("nodes", json::array())) {
+    if (node.value("role", "") == "head") {
+      node["state"] = state;
+    } else {
+      node["state"] = "unused";  // the plan gave it no layers: no link was opened
+      for (const auto& l : links) {
+        if (l.value("name", "") != node.value("name", "")) continue;
+        node["state"] = l.value("state", "?");
+        node["bytes_to_worker"] = l.value("bytes_to_worker", uint64_t{0});
+        node["bytes_from_worker"] = l.value("bytes_from_worker", uint64_t{0});
+        node["last_error"] = l.value("last_error", std::string());
+      }
+    }
+    out["nodes"].push_back(node);
+  }
+  return out;
+}
+
+}  // namespace tandem::gateway

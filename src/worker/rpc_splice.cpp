@@ -1,0 +1,214 @@
+#include "worker/rpc_splice.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/cached_tensor.h"
+#include "common/units.h"
+
+namespace tandem::worker {
+namespace {
+
+// ggml-rpc's command numbers (ggml/src/ggml-rpc/ggml-rpc.cpp of the pinned release).
+constexpr uint8_t kCmdSetTensor = 6;
+constexpr uint8_t kCmdSetTensorHash = 7;
+// A SET_TENSOR payload is rpc_tensor | cache_flag (1) | offset (8) | data; a marker's data is
+// kCachedMarkerSize bytes, so any SET_TENSOR this small is read whole and checked.
+constexpr size_t kMarkerTail = 1 + 8 + kCachedMarkerSize;
+constexpr uint64_t kSmallFrame = 4096;
+constexpr size_t kBuffer = 1 << 20;
+
+bool send_all(int fd, const uint8_t* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);  // ggml RPC is little-endian on the wire (both ends are x86/ARM LE)
+  return v;
+}
+
+class Session {
+ public:
+  Session(int head, int server, const RpcSpliceOptions& o) : head_(head), server_(server), o_(o) {}
+
+  RpcSpliceResult run() {
+    std::thread back([this] { server_to_head(); });
+    head_to_server();
+    back.join();
+    return result_;
+  }
+
+ private:
+  void fail(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (result_.error.empty()) result_.error = why;
+    }
+    cut();
+  }
+  void cut() {
+    ::shutdown(head_, SHUT_RDWR);
+    ::shutdown(server_, SHUT_RDWR);
+  }
+
+  // A complete small SET_TENSOR frame: a marker becomes SET_TENSOR_HASH, anything else passes.
+  bool small_set_tensor(const std::vector<uint8_t>& frame) {
+    const size_t payload = frame.size() - 9;
+    const uint8_t* p = frame.data() + 9;
+    if (payload > kMarkerTail) {
+      const size_t tensor_size = payload - kMarkerTail;
+      if (auto m = parse_cached_marker(p + tensor_size + 9, kCachedMarkerSize)) {
+        uint64_t offset = get_u64(p + tensor_size + 1);
+        if (std::string why = check_cache(*m); !why.empty()) {
+          fail(why);
+          return false;
+        }
+        // SET_TENSOR_HASH request: rpc_tensor | offset (u64) | hash (u64).
+        std::vector<uint8_t> req(9 + tensor_size + 16);
+        const uint64_t size = tensor_size + 16;
+        req[0] = kCmdSetTensorHash;
+        std::memcpy(req.data() + 1, &size, 8);
+        std::memcpy(req.data() + 9, p, tensor_size);
+        std::memcpy(req.data() + 9 + tensor_size, &offset, 8);
+        std::memcpy(req.data() + 9 + tensor_size + 8, &m->hash, 8);
+        pending_.fetch_add(1);  // before the request leaves, so its answer is always recognised
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          ++result_.cached_loads;
+          result_.cached_bytes += m->bytes;
+        }
+        return send_all(server_, req.data(), req.size());
+      }
+    }
+    return send_all(server_, frame.data(), frame.size());
+  }
+
+  std::string check_cache(const CachedMarker& m) const {
+    const std::string path = o_.cache_dir + "/" + hash_name(m.hash);
+    struct stat st{};
+    if (o_.cache_dir.empty()) return "the head asked for cached weight " + hash_name(m.hash) + " but this worker has no --cache-dir";
+    if (::stat(path.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != m.bytes) {
+      return "the head asked for cached weight " + hash_name(m.hash) + " (" + format_bytes(m.bytes) + "), which is not in " +
+             o_.cache_dir + " (evicted or removed since the head listed the cache); the head's load fails and is retried";
+    }
+    return "";
+  }
+
+  void head_to_server() {
+    std::vector<uint8_t> buf(kBuffer);
+    uint8_t hdr[9];
+    size_t hdr_len = 0;
+    uint64_t pass = 0;             // payload bytes of the current frame still to copy through
+    std::vector<uint8_t> small;    // a small SET_TENSOR frame being collected
+    uint64_t small_want = 0;
+    for (;;) {
+      const ssize_t r = ::recv(head_, buf.data(), buf.size(), 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      if (o_.from_head != nullptr) o_.from_head->fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
+      const uint8_t* p = buf.data();
+      size_t n = static_cast<size_t>(r);
+      while (n > 0) {
+        if (pass > 0) {
+          const size_t k = static_cast<size_t>(std::min<uint64_t>(pass, n));
+          if (!send_all(server_, p, k)) return cut();
+          pass -= k, p += k, n -= k;
+        } else if (small_want > 0) {
+          const size_t k = static_cast<size_t>(std::min<uint64_t>(small_want, n));
+          small.insert(small.end(), p, p + k);
+          small_want -= k, p += k, n -= k;
+          if (small_want == 0 && !small_set_tensor(small)) return cut();
+        } else {
+          const size_t k = std::min(sizeof hdr - hdr_len, n);
+          std::memcpy(hdr + hdr_len, p, k);
+          hdr_len += k, p += k, n -= k;
+          if (hdr_len < sizeof hdr) continue;
+          hdr_len = 0;
+          const uint64_t size = get_u64(hdr + 1);
+          if (hdr[0] == kCmdSetTensor && size <= kSmallFrame) {
+            small.assign(hdr, hdr + sizeof hdr);
+            small_want = size;
+            if (size == 0 && !small_set_tensor(small)) return cut();
+          } else {
+            if (!send_all(server_, hdr, sizeof hdr)) return cut();
+            pass = size;
+          }
+        }
+      }
+    }
+    cut();  // ggml's RPC protocol has no half-closed state
+  }
+
+  void server_to_head() {
+    std::vector<uint8_t> buf(kBuffer);
+    uint8_t hdr[8];
+    size_t hdr_len = 0;
+    uint64_t left = 0;       // payload bytes of the current answer still to come
+    bool mine = false;       // the current answer is to one of our SET_TENSOR_HASH requests
+    uint8_t verdict = 0;     // its first payload byte: 1 = found in the cache
+    for (;;) {
+      const ssize_t r = ::recv(server_, buf.data(), buf.size(), 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      const uint8_t* p = buf.data();
+      size_t n = static_cast<size_t>(r);
+      while (n > 0) {
+        if (left == 0) {
+          const size_t k = std::min(sizeof hdr - hdr_len, n);
+          std::memcpy(hdr + hdr_len, p, k);
+          hdr_len += k, p += k, n -= k;
+          if (hdr_len < sizeof hdr) continue;
+          hdr_len = 0;
+          left = get_u64(hdr);
+          mine = pending_.load() > 0;
+          if (mine) {
+            pending_.fetch_sub(1);
+            if (left != 1) return fail("the RPC server answered a cached-weight request with " + std::to_string(left) + " bytes, not 1");
+          } else {
+            if (!send_all(head_, hdr, sizeof hdr)) return cut();
+            if (o_.to_head != nullptr) o_.to_head->fetch_add(sizeof hdr, std::memory_order_relaxed);
+          }
+          continue;
+        }
+        const size_t k = static_cast<size_t>(std::min<uint64_t>(left, n));
+        if (mine) {
+          verdict = p[0];
+          if (verdict != 1) return fail("the RPC server could not load a cached weight (is its cache folder " + o_.cache_dir + "?)");
+        } else {
+          if (!send_all(head_, p, k)) return cut();
+          if (o_.to_head != nullptr) o_.to_head->fetch_add(k, std::memory_order_relaxed);
+        }
+        left -= k, p += k, n -= k;
+      }
+    }
+    cut();
+  }
+
+  const int head_, server_;
+  const RpcSpliceOptions& o_;
+  std::atomic<int> pending_{0};  // our requests whose answers are still to come
+  std::mutex mutex_;
+  RpcSpliceResult result_;
+};
+
+}  // namespace
+
+RpcSpliceResult rpc_splice(int head_fd, int server_fd, const RpcSpliceOptions& options) {
+  return Session(head_fd, server_fd, options).run();
+}
+
+}  // namespace tandem::worker

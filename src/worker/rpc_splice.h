@@ -1,0 +1,35 @@
+// The worker's half of an `rpc` session: copies ggml RPC traffic between the head's link
+// connection and the local RPC server, as link::splice does, but frame by frame, so that it can
+// serve the engine's cached-weight markers (common/cached_tensor.h): each becomes a
+// SET_TENSOR_HASH request to the RPC server, whose answer the splice reads and keeps. The head
+// therefore never waits for the worker's cache reads, and the link carries 32 bytes per weight.
+//
+// Framing (ggml RPC as pinned): a request is cmd (1 byte), size (u64), payload; an answer is size
+// (u64), payload. The client waits for each answer before its next request, so answers arrive in
+// request order and the splice knows which ones are its own.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace tandem::worker {
+
+struct RpcSpliceOptions {
+  std::string cache_dir;                       // the RPC server's cache folder ("" = none)
+  std::atomic<uint64_t>* from_head = nullptr;  // bytes read from the head (may be null)
+  std::atomic<uint64_t>* to_head = nullptr;    // bytes written to the head (may be null)
+};
+
+struct RpcSpliceResult {
+  uint64_t cached_loads = 0;  // markers served from the cache
+  uint64_t cached_bytes = 0;  // weight bytes they stood for
+  std::string error;          // why the splice cut the session itself ("" when a peer ended it)
+};
+
+// Runs until either side ends or fails; then both sockets are shut down (not closed). A marker
+// for a weight that is not (or no longer) in the cache cuts the session with an error saying so:
+// the head's load then fails and is retried with a fresh cache listing.
+RpcSpliceResult rpc_splice(int head_fd, int server_fd, const RpcSpliceOptions& options);
+
+}  // namespace tandem::worker

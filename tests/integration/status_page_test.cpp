@@ -1,0 +1,112 @@
+// The status page at / in headless Chromium (tests/integration/status_page.mjs): a real worker, a
+// real `tandem serve` whose link runs through a throttling proxy so the load can be watched, and
+// assertions on what the page shows. Screenshots land in the build folder (status-page/).
+#include <httplib.h>
+#include <signal.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include "support/process.h"
+#include "test_util.h"
+
+namespace tandem::testing {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+struct PageCluster {
+  explicit PageCluster(const ScratchDir& dir) {
+    EXPECT_EQ(run_tandem("secret new -o " + dir.file("cluster.key"), dir.file("")).exit_code, 0);
+    EXPECT_EQ(run_tandem("synth --preset tiny -o " + dir.file("tiny.gguf"), dir.file("")).exit_code, 0);
+    auto k = run_tandem("keys --db " + dir.file("keys.db") + " create --name page", dir.file(""));
+    EXPECT_EQ(k.exit_code, 0) << k.err;
+    key = k.out.substr(0, k.out.find('\n'));
+  }
+  // `layers`: per node, head first. With every layer on the worker (0,4) the link carries ~10 MiB,
+  // more than the kernel's socket buffers hide, so a throttled load is visibly under way.
+  std::vector<std::string> serve(const ScratchDir& dir, int port, const std::string& worker, const std::string& layers = "2,2") const {
+    return {TANDEM_BINARY, "serve", "-m", dir.file("tiny.gguf"), "--secret-file", dir.file("cluster.key"), "--keys-db",
+            dir.file("keys.db"), "--listen", "127.0.0.1:" + std::to_string(port), "--context", "512", "--model-id", "tiny",
+            "-t", "1", "--worker", "w0=" + worker, "--layers", layers};
+  }
+  std::string key;
+};
+
+TEST(StatusPage, ShowsTheLoadThenReadyAndLiveFiguresInChromium) {
+  ASSERT_EQ(std::system("test -x /usr/bin/chromium"), 0) << "/usr/bin/chromium is missing: run scripts/install-deps.sh";
+  ScratchDir dir;
+  PageCluster s(dir);
+  const std::string root = TANDEM_SOURCE_DIR;
+  const std::string modules_file = dir.file("modules.txt");
+  ASSERT_EQ(std::system((root + "/scripts/install-playwright.sh >" + modules_file).c_str()), 0) << "scripts/install-playwright.sh failed";
+  std::string modules = slurp(modules_file);
+  modules.erase(modules.find_last_not_of("\n") + 1);
+
+  const int worker_port = free_port(), proxy_port = free_port(), port = free_port();
+  ChildProcess worker({TANDEM_BINARY, "worker", "--listen", "127.0.0.1:" + std::to_string(worker_port), "--secret-file",
+                       dir.file("cluster.key"), "--name", "w0", "--threads", "1"},
+                      dir.file("worker.log"));
+  ASSERT_TRUE(wait_for_port(worker_port, 10000));
+  // 1 MiB/s towards the worker: the tiny model takes several seconds to load.
+  ChildProcess page({"/usr/bin/env", "node", root + "/tests/integration/status_page.mjs", "--node-modules", modules, "--url",
+                     "http://127.0.0.1:" + std::to_string(port) + "/", "--key", s.key, "--proxy-listen", std::to_string(proxy_port),
+                     "--proxy-to", "127.0.0.1:" + std::to_string(worker_port), "--rate", "1048576", "--shots",
+                     std::string(TANDEM_STATUS_SHOTS), "--expect", "head=no layers", "--expect", "w0=4 layers (0–3)"},
+                    dir.file("page.log"));
+  ASSERT_TRUE(wait_for_port(proxy_port, 20000)) << slurp(dir.file("page.log"));
+  ChildProcess serve(s.serve(dir, port, "127.0.0.1:" + std::to_string(proxy_port), "0,4"), dir.file("serve.log"));
+  const int rc = page.wait(250000);
+  EXPECT_EQ(rc, 0) << "page:\n" << slurp(dir.file("page.log")) << "\nserve:\n" << slurp(dir.file("serve.log"));
+  for (const char* shot : {"key-prompt.png", "loading.png", "ready.png", "generating.png"}) {
+    std::ifstream png(std::string(TANDEM_STATUS_SHOTS) + "/" + shot);
+    EXPECT_TRUE(png.good()) << shot;
+  }
+}
+
+// /status.json needs a key unless the config says otherwise; the page itself holds no data.
+TEST(StatusPage, TheFiguresNeedAKeyUnlessConfiguredPublic) {
+  ScratchDir dir;
+  PageCluster s(dir);
+  const int worker_port = free_port();
+  ChildProcess worker({TANDEM_BINARY, "worker", "--listen", "127.0.0.1:" + std::to_string(worker_port), "--secret-file",
+                       dir.file("cluster.key"), "--name", "w0", "--threads", "1"},
+                      dir.file("worker.log"));
+  ASSERT_TRUE(wait_for_port(worker_port, 10000));
+  for (bool open : {false, true}) {
+    const int port = free_port();
+    auto argv = s.serve(dir, port, "127.0.0.1:" + std::to_string(worker_port));
+    if (open) {
+      write_file(dir.file("public.toml"), "[server]\nstatus_page_public = true\n");
+      argv.insert(argv.begin() + 2, {"-c", dir.file("public.toml")});
+    }
+    ChildProcess serve(argv, dir.file(open ? "serve-public.log" : "serve.log"));
+    ASSERT_TRUE(wait_for_port(port, 20000));
+    httplib::Client c("127.0.0.1", port);
+    auto page = c.Get("/");
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 200);
+    EXPECT_NE(page->get_header_value("Content-Type").find("text/html"), std::string::npos);
+    EXPECT_NE(page->get_header_value("Content-Security-Policy").find("default-src 'none'"), std::string::npos);
+    auto anonymous = c.Get("/status.json");
+    ASSERT_TRUE(anonymous);
+    EXPECT_EQ(anonymous->status, open ? 200 : 401) << anonymous->body;
+    auto keyed = c.Get("/status.json", {{"Authorization", "Bearer " + s.key}});
+    ASSERT_TRUE(keyed);
+    ASSERT_EQ(keyed->status, 200) << keyed->body;
+    auto j = nlohmann::json::parse(keyed->body);
+    EXPECT_EQ(j["model"], "tiny");
+    ASSERT_EQ(j["nodes"].size(), 2u) << j.dump();
+    EXPECT_EQ(j["nodes"][1]["name"], "w0");
+    serve.signal(SIGTERM);
+    EXPECT_NE(serve.wait(30000), -1);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::testing
