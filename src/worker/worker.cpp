@@ -173,7 +173,7 @@ link::Verdict Worker::admit(const link::PeerInfo& peer, int peer_fd) {
   // busy meanwhile kept the cluster down long after the cable was back: replace it.
   const bool same_head = rpc_busy_ && peer.name == head_name_ && host_of(peer.address) == host_of(head_address_);
   if (same_head && !head_hung_up()) {
-    link::log_line("worker: head '" + peer.name + "' reconnected; ending its previous rpc session (" + head_address_ + ")");
+    log::info("worker", "head '" + peer.name + "' reconnected; ending its previous rpc session (" + head_address_ + ")");
     ::shutdown(head_fd_, SHUT_RDWR);
   }
   // A head that just closed its session may reconnect before our splice has noticed; wait for
