@@ -153,10 +153,17 @@ bool wait_not_ready(FaultCluster& cluster, int timeout_ms) {
 // After recovery: the gateway and the worker hold what they held before, nothing more.
 std::string check_leaks(FaultCluster& cluster, const Baseline& b) {
   const int gw = cluster.gateway().pid();
-  json h = cluster.health();
+  // The engine's slot counts in /health are polled once a second: a slot of the request just
+  // served may still show; a leaked one stays.
+  json h;
+  for (int i = 0; i < 50; ++i) {
+    h = cluster.health();
+    if (h.is_object() && h.value("requests_in_flight", -1) == 0 && h["engine"].value("slots_busy", -1) == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   if (!h.is_object()) return "/health does not answer";
-  if (h.value("requests_in_flight", -1) != 0) return "requests_in_flight is " + h["requests_in_flight"].dump();
-  if (h["engine"].value("slots_busy", -1) != 0) return "slots_busy is " + h["engine"]["slots_busy"].dump();
+  if (h.value("requests_in_flight", -1) != 0) return "requests_in_flight is " + h["requests_in_flight"].dump() + " 5 s after the last request";
+  if (h["engine"].value("slots_busy", -1) != 0) return "slots_busy is " + h["engine"]["slots_busy"].dump() + " 5 s after the last request";
   const auto kids = child_pids(gw);
   if (kids.size() != 1) return "the gateway has " + std::to_string(kids.size()) + " child processes, not 1 (the engine)";
   auto ports = listening_ports(gw);
