@@ -136,7 +136,13 @@ void run_load(int clients, int seconds, bool check_memory) {
   }
   for (auto& th : threads) th.join();
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-  const json h1 = health();
+  // The engine's slot counts in /health are polled once a second: the last requests' slots may
+  // still show for a moment; leaked ones stay.
+  json h1 = health();
+  for (int i = 0; i < 50 && !(h1["requests_in_flight"] == 0 && h1["engine"]["slots_busy"] == 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    h1 = health();
+  }
 
   // Warm-up is the first 20 % of the run; memory is compared between the next 10 % and the last 10 %.
   const uint64_t gw_warm = median_between(gw_rss, 0.2, 0.3), gw_end = median_between(gw_rss, 0.9, 1.01);
