@@ -13,7 +13,8 @@
 # SPLIT_MODE (cpu: the head keeps its half on the CPU; gpu: half on CUDA0), BANDWIDTH (bytes/s of
 # the device, for the physical limit; default 4.8e12, an H200).
 # tandem-split's worker keeps a weight cache: round 1 first starts it with the cache empty
-# ("tandem-cold": load time and link bytes only), then every tandem-split start is seeded.
+# ("tandem-cold": load time and link bytes only), then seeds it (`tandem worker seed`), and every
+# tandem-split start is seeded.
 set -euo pipefail
 build=$(cd "${1:?usage: compare.sh BUILD_DIR MODEL.gguf [ROUNDS]}" && pwd)
 model=$(readlink -f "${2:?model}")
@@ -89,6 +90,9 @@ for round in $(seq "$rounds"); do
     echo "{\"config\":\"tandem-cold\",\"round\":1,\"load_s\":$load_s,\"link_bytes\":$link_bytes}" >> "$work/runs.jsonl"
     cp "$work/tandem-cold.log" "$work/tandem-cold-worker.log" "$out/" 2>/dev/null || true
     stop_all
+    # The cold load cached what ggml caches (weights above 10 MiB); seeding from the worker's own
+    # copy adds the rest above tandem's 1 MiB, as docs/worker.md has users do.
+    "$tandem" worker seed -m "$model" --cache-dir "$work/worker-cache" --layers "$half-$((n_layer - 1))" >&2
   fi
   for name in single stock-split stock-split-graphs tandem-split; do
     echo "compare: round $round: $name" >&2
