@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 
 #include "common/cached_tensor.h"
 #include "engine/generate.h"
@@ -121,6 +122,15 @@ std::string listing_file(const ScratchDir& dir, const std::string& cache, const 
   return path;
 }
 
+std::unique_ptr<link::Forwarder> forward_to(const WorkerProcess& w, const link::Secret& secret) {
+  link::ForwarderOptions o;
+  o.worker = w.ep();
+  auto f = std::make_unique<link::Forwarder>(o, secret);
+  EXPECT_TRUE(f->start().is_ok());
+  EXPECT_TRUE(f->wait_until_up(link::Millis(10000)));
+  return f;
+}
+
 engine::GenerateOptions big_options(const std::string& model) {
   engine::GenerateOptions g;
   g.model = model;
@@ -146,11 +156,8 @@ TEST(Seed, ListedWeightsLoadFromTheWorkersCacheAndGiveTheTokensOfOneProcess) {
   ASSERT_TRUE(seed_cache({model, dir.file("cache"), 1, 1}).is_ok());
   WorkerProcess w(dir, "box-m", dir.file("cluster.key"), {"--cache-dir", dir.file("cache")});
   ASSERT_TRUE(w.up()) << w.log();
-  link::ForwarderOptions fo;
-  fo.worker = w.ep();
-  link::Forwarder f(fo, secret);
-  ASSERT_TRUE(f.start().is_ok());
-  ASSERT_TRUE(f.wait_until_up(link::Millis(10000)));
+  auto forwarder = forward_to(w, secret);
+  link::Forwarder& f = *forwarder;
   const std::string endpoint = "127.0.0.1:" + std::to_string(f.port());
   engine::GenerateOptions split = big_options(model);
   split.placement.rpc_servers = {endpoint};
@@ -182,11 +189,8 @@ TEST(Seed, AListedWeightMissingFromTheCacheFailsTheLoadNotTheWorker) {
   for (const auto& e : entries.value()) std::filesystem::remove(dir.file("cache") + "/" + e.name);
   WorkerProcess w(dir, "box-g", dir.file("cluster.key"), {"--cache-dir", dir.file("cache")});
   ASSERT_TRUE(w.up()) << w.log();
-  link::ForwarderOptions fo;
-  fo.worker = w.ep();
-  link::Forwarder f(fo, secret);
-  ASSERT_TRUE(f.start().is_ok());
-  ASSERT_TRUE(f.wait_until_up(link::Millis(10000)));
+  auto forwarder = forward_to(w, secret);
+  link::Forwarder& f = *forwarder;
   const std::string endpoint = "127.0.0.1:" + std::to_string(f.port());
   // ggml's RPC client aborts its process when the worker cuts the session: run the engine apart.
   auto r = run_tandem("engine -m " + model + " --prompt hi -n 2 --no-cpu-repack --rpc " + endpoint +
