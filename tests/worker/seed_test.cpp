@@ -122,15 +122,6 @@ std::string listing_file(const ScratchDir& dir, const std::string& cache, const 
   return path;
 }
 
-std::unique_ptr<link::Forwarder> forward_to(const WorkerProcess& w, const link::Secret& secret) {
-  link::ForwarderOptions o;
-  o.worker = w.ep();
-  auto f = std::make_unique<link::Forwarder>(o, secret);
-  EXPECT_TRUE(f->start().is_ok());
-  EXPECT_TRUE(f->wait_until_up(link::Millis(10000)));
-  return f;
-}
-
 engine::GenerateOptions big_options(const std::string& model) {
   engine::GenerateOptions g;
   g.model = model;

@@ -31,15 +31,6 @@ GenerateOptions options(const std::string& model) {
   return g;
 }
 
-std::unique_ptr<link::Forwarder> forward_to(const WorkerProcess& w, const link::Secret& secret) {
-  link::ForwarderOptions o;
-  o.worker = w.ep();
-  auto f = std::make_unique<link::Forwarder>(o, secret);
-  EXPECT_TRUE(f->start().is_ok());
-  EXPECT_TRUE(f->wait_until_up(link::Millis(10000)));
-  return f;
-}
-
 std::string local(const link::Forwarder& f) { return "127.0.0.1:" + std::to_string(f.port()); }
 
 class Split : public ::testing::Test {

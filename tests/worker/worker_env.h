@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "link/forwarder.h"
 #include "link/protocol.h"
 #include "link/secret.h"
 #include "link/socket.h"
@@ -65,5 +66,15 @@ class WorkerProcess {
   std::unique_ptr<ChildProcess> proc_;
   bool up_ = false;
 };
+
+// A started forwarder to `w` whose link is up (test expectations fail otherwise).
+inline std::unique_ptr<link::Forwarder> forward_to(const WorkerProcess& w, const link::Secret& secret) {
+  link::ForwarderOptions o;
+  o.worker = w.ep();
+  auto f = std::make_unique<link::Forwarder>(o, secret);
+  EXPECT_TRUE(f->start().is_ok());
+  EXPECT_TRUE(f->wait_until_up(link::Millis(10000)));
+  return f;
+}
 
 }  // namespace tandem::testing
