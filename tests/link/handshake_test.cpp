@@ -7,19 +7,10 @@
 
 #include "link/protocol.h"
 #include "link/socket.h"
+#include "socket_pair.h"
 
 namespace tandem::link {
 namespace {
-
-struct Pair {
-  Fd a, b;
-  Pair() {
-    int fds[2];
-    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-    a.reset(fds[0]);
-    b.reset(fds[1]);
-  }
-};
 
 HandshakeOptions opts(const std::string& name, const std::string& commit = "abc") {
   HandshakeOptions o;

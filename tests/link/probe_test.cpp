@@ -8,18 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include "socket_pair.h"
+
 namespace tandem::link {
 namespace {
-
-struct Pair {
-  Fd a, b;
-  Pair() {
-    int fds[2];
-    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-    a.reset(fds[0]);
-    b.reset(fds[1]);
-  }
-};
 
 TEST(Probe, MeasuresRoundTripsAndBothDirections) {
   Pair p;
