@@ -18,6 +18,8 @@ namespace {
 // ggml-rpc's command numbers (ggml/src/ggml-rpc/ggml-rpc.cpp of the pinned release).
 constexpr uint8_t kCmdSetTensor = 6;
 constexpr uint8_t kCmdSetTensorHash = 7;
+constexpr uint8_t kCmdGraphCompute = 10;
+constexpr uint8_t kCmdGraphRecompute = 16;
 // A SET_TENSOR payload is rpc_tensor | cache_flag (1) | offset (8) | data; a marker's data is
 // kCachedMarkerSize bytes, so any SET_TENSOR this small is read whole and checked.
 constexpr size_t kMarkerTail = 1 + 8 + kCachedMarkerSize;
@@ -49,6 +51,8 @@ class Session {
     std::thread back([this] { server_to_head(); });
     head_to_server();
     back.join();
+    result_.graph_computes = graph_computes_;
+    result_.graph_recomputes = graph_recomputes_;
     return result_;
   }
 
@@ -139,6 +143,8 @@ class Session {
           if (hdr_len < sizeof hdr) continue;
           hdr_len = 0;
           const uint64_t size = get_u64(hdr + 1);
+          if (hdr[0] == kCmdGraphCompute) ++graph_computes_;
+          if (hdr[0] == kCmdGraphRecompute) ++graph_recomputes_;
           if (hdr[0] == kCmdSetTensor && size <= kSmallFrame) {
             small.assign(hdr, hdr + sizeof hdr);
             small_want = size;
@@ -201,6 +207,7 @@ class Session {
   const int head_, server_;
   const RpcSpliceOptions& o_;
   std::atomic<int> pending_{0};  // our requests whose answers are still to come
+  uint64_t graph_computes_ = 0, graph_recomputes_ = 0;  // head_to_server's thread only
   std::mutex mutex_;
   RpcSpliceResult result_;
 };

@@ -24,6 +24,10 @@ struct RpcSpliceOptions {
 struct RpcSpliceResult {
   uint64_t cached_loads = 0;  // markers served from the cache
   uint64_t cached_bytes = 0;  // weight bytes they stood for
+  // Graph requests from the head: a full graph, or "run the last graph again". A decode that
+  // keeps sending whole graphs defeats the worker's CUDA graphs (its nodes are new every time).
+  uint64_t graph_computes = 0;
+  uint64_t graph_recomputes = 0;
   std::string error;          // why the splice cut the session itself ("" when a peer ended it)
 };
 

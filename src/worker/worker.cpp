@@ -233,6 +233,9 @@ std::string Worker::serve_rpc(int fd, const link::PeerInfo& peer) {
   if (spliced.cached_loads > 0) {
     out += ", " + std::to_string(spliced.cached_loads) + " weights (" + format_bytes(spliced.cached_bytes) + ") loaded from the cache";
   }
+  if (spliced.graph_computes + spliced.graph_recomputes > 0) {
+    out += ", " + std::to_string(spliced.graph_computes) + " graphs sent whole and " + std::to_string(spliced.graph_recomputes) + " re-run";
+  }
   return out;
 }
 
