@@ -22,7 +22,7 @@ struct EngineFlags {
   engine::EngineConfig serve;
   std::string rpc, split;
   std::vector<std::string> worker_caches;
-  bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false;
+  bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false;
   int verbose = 0;
 };
 
@@ -31,6 +31,7 @@ engine::Placement placement(const EngineFlags& f) {
   p.rpc_servers = split_commas(f.rpc);
   p.cpu_weight_repack = !f.no_repack;
   p.output_on_head = !f.output_last;
+  p.workers_first = f.workers_first;
   for (const std::string& w : f.worker_caches) {
     const size_t eq = w.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == w.size()) fail("--worker-cache: expected HOST:PORT=FILE, got '" + w + "'", 2);
@@ -100,7 +101,10 @@ void register_engine(CLI::App& app) {
   cmd->add_flag("--ignore-eos", o.ignore_eos, "--prompt: keep generating past end-of-generation tokens");
   cmd->add_option("--rpc", f.rpc, "Comma-separated ggml RPC servers (host:port) to offload layers to");
   cmd->add_option("--cpu-layers", o.placement.cpu_layers, "Number of leading layers kept on the host CPU")->capture_default_str();
-  cmd->add_option("--layer-split", f.split, "Comma-separated layer counts per offload device (local GPUs, then RPC devices)");
+  cmd->add_option("--layer-split", f.split, "Comma-separated layer counts per offload device (local GPUs, then RPC devices; see --workers-first)");
+  cmd->add_flag("--workers-first", f.workers_first,
+                "Order the offload devices as llama.cpp does: RPC devices first, local GPUs last (the first layers run on the workers; "
+                "the output head stays on the last local GPU without a tensor override, so pipeline parallelism stays on)");
   cmd->add_option("--worker-cache", f.worker_caches,
                   "HOST:PORT=FILE: the tandem worker behind this RPC endpoint has the weights FILE lists cached "
                   "(\"HASH BYTES\" lines; `tandem serve` writes it); load them from there (repeatable)");

@@ -23,7 +23,7 @@ namespace tandem::engine {
 
 struct CachedUploadPlan {
   std::string model;                              // first file of the GGUF (splits follow)
-  int first_layer = 0;                            // layers from here on live on RPC servers
+  int first_layer = 0, end_layer = INT32_MAX;     // layers [first, end) live on RPC servers
   bool output_remote = false;                     // the output head too
   std::map<std::string, CacheListing> listings;   // RPC endpoint ("host:port") -> its cache
   int threads = 0;                                // hashing threads; 0 = half the cores, at most 16

@@ -72,17 +72,17 @@ Status probe_endpoint(const std::string& endpoint, int timeout_ms) {
   return Status::ok();
 }
 
+void add_local_gpus(std::vector<ggml_backend_dev_t>* devices) {
+  for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+    const auto type = ggml_backend_dev_type(dev);
+    if (!is_rpc(dev) && (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU)) devices->push_back(dev);
+  }
+}
+
 Result<std::vector<ggml_backend_dev_t>> collect_devices(const Placement& p) {
   std::vector<ggml_backend_dev_t> devices;
-  if (p.use_local_gpus) {
-    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-      ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-      const auto type = ggml_backend_dev_type(dev);
-      if (!is_rpc(dev) && (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU)) {
-        devices.push_back(dev);
-      }
-    }
-  }
+  if (p.use_local_gpus && !p.workers_first) add_local_gpus(&devices);
   for (const std::string& server : p.rpc_servers) {
     TANDEM_RETURN_IF_ERROR(probe_endpoint(server, 3000));
     // Registers the server's devices with ggml (once per endpoint) after asking the server for them.
@@ -92,6 +92,7 @@ Result<std::vector<ggml_backend_dev_t>> collect_devices(const Placement& p) {
     }
     for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) devices.push_back(ggml_backend_reg_dev_get(reg, i));
   }
+  if (p.use_local_gpus && p.workers_first) add_local_gpus(&devices);
   return devices;
 }
 
@@ -155,7 +156,7 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   for (ggml_backend_dev_t d : devices.value()) {
     if (!is_rpc(d)) last_local = d;
   }
-  if (last_local != nullptr && !p.rpc_servers.empty() && p.output_on_head) {
+  if (last_local != nullptr && !p.rpc_servers.empty() && p.output_on_head && !p.workers_first) {
     overrides.push_back({"^output\\.weight$", ggml_backend_dev_buffer_type(last_local)});
     overrides.push_back({nullptr, nullptr});
     mp.tensor_buft_overrides = overrides.data();
@@ -169,10 +170,17 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   if (cached) {
     CachedUploadPlan cp;
     cp.model = o.model;
-    size_t local = 0;
+    long local = 0;
     for (ggml_backend_dev_t d : devices.value()) local += is_rpc(d) ? 0 : 1;
-    cp.first_layer = p.cpu_layers + std::accumulate(p.device_layers.begin(), p.device_layers.begin() + static_cast<long>(local), 0);
-    cp.output_remote = local < devices->size() && !(local > 0 && p.output_on_head);
+    const long remote = static_cast<long>(devices->size()) - local;
+    if (p.workers_first) {
+      cp.first_layer = p.cpu_layers;
+      cp.end_layer = p.cpu_layers + std::accumulate(p.device_layers.begin(), p.device_layers.begin() + remote, 0);
+      cp.output_remote = local == 0;
+    } else {
+      cp.first_layer = p.cpu_layers + std::accumulate(p.device_layers.begin(), p.device_layers.begin() + local, 0);
+      cp.output_remote = remote > 0 && !(local > 0 && p.output_on_head);
+    }
     for (const auto& [endpoint, file] : p.cache_listings) {
       auto listing = read_cache_listing(file);
       if (!listing.is_ok()) return listing.status().with_context("RPC server " + endpoint);

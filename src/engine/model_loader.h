@@ -14,7 +14,7 @@ struct llama_model;
 namespace tandem::engine {
 
 // Where the layers go. Offload devices are the local GPUs (when `use_local_gpus`) followed by the
-// devices of each RPC server, in the order given.
+// devices of each RPC server, in the order given, or the other way round (`workers_first`).
 struct Placement {
   std::vector<std::string> rpc_servers;  // "host:port" of ggml RPC servers (or tandem forwarders)
   bool use_local_gpus = true;
@@ -27,8 +27,14 @@ struct Placement {
   // bit-identical tokens to a CPU split (the tests' oracle) turns this off.
   bool cpu_weight_repack = true;
   // With local GPUs and RPC servers: the output head goes on the last local GPU rather than with
-  // the last device, so that logits never cross the link (the planner assumes this).
+  // the last device, so that logits never cross the link.
   bool output_on_head = true;
+  // Offload devices in llama.cpp's own order: the RPC servers' devices first, then the local GPUs
+  // (`device_layers` lists them in that order). The first layers then run on the workers and the
+  // last ones, with the output head, on the head's GPU, with no tensor override: libllama turns
+  // pipeline parallelism (asynchronous splits across devices) off for any override. The planner
+  // asks for this order whenever the head has a GPU.
+  bool workers_first = false;
   // RPC endpoint -> a file listing the weights its worker has cached (engine/cached_upload.h);
   // those are loaded from the worker's cache without hashing on the load's path. Only for
   // endpoints that reach a tandem worker, and only with an explicit `device_layers`.

@@ -49,17 +49,20 @@ Status apply_explicit_layers(const std::vector<int>& layers, const std::vector<p
   const plan::NodeSpec& head = nodes[0];
   const bool head_gpu = !head.devices.empty() && head.devices[0].kind == plan::DeviceKind::gpu;
   if (head_gpu && head.devices.size() > 1) return Status::invalid_argument("--layers: the head has several GPUs; let the planner place them");
-  if (head_gpu) {
-    split.use_local_gpus = true;
-    split.device_layers.push_back(layers[0]);
-  } else {
-    split.cpu_layers = layers[0];
-  }
+  if (!head_gpu) split.cpu_layers = layers[0];
   for (size_t i = 1; i < nodes.size(); ++i) {
     if (nodes[i].devices.size() != 1) return Status::invalid_argument("--layers: worker " + nodes[i].name + " offers several devices");
-    if (layers[i] == 0 && i + 1 == nodes.size()) return Status::invalid_argument("--layers: the last worker must hold layers (it gets the output head)");
+    if (!head_gpu && layers[i] == 0 && i + 1 == nodes.size()) {
+      return Status::invalid_argument("--layers: the last worker must hold layers (it gets the output head)");
+    }
     split.device_layers.push_back(layers[i]);
     split.rpc_nodes.push_back(nodes[i].name);
+  }
+  // A GPU head runs the last layers and the output head, after the workers (plan/solver.h).
+  if (head_gpu) {
+    split.use_local_gpus = true;
+    split.workers_first = !split.rpc_nodes.empty();
+    split.device_layers.insert(split.workers_first ? split.device_layers.end() : split.device_layers.begin(), layers[0]);
   }
   p->split = split;
   p->fits = true;
@@ -191,6 +194,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.secret = secret;
   so.cpu_layers = p->split.cpu_layers;
   so.device_layers = p->split.device_layers;
+  so.workers_first = p->split.workers_first;
   so.context = static_cast<int>(c.model.context);
   so.parallel = static_cast<int>(c.model.parallel);
   so.threads = o.threads;

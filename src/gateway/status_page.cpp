@@ -15,22 +15,8 @@ const std::string& status_page_html() {
 }
 
 json status_info_from_plan(const plan::Plan& p, const std::vector<plan::NodeSpec>& nodes, uint32_t n_layer) {
-  // Layers per node from the split libllama gets (it may have been given by hand with --layers):
-  // the head's CPU and local GPUs first, then one device per entry of rpc_nodes.
-  const plan::LlamaSplit& sp = p.split;
-  std::map<std::string, std::pair<int, int>> range;  // node -> first layer, count
-  const size_t n_local = sp.device_layers.size() - std::min(sp.device_layers.size(), sp.rpc_nodes.size());
-  int next = 0;
-  int head = sp.cpu_layers;
-  for (size_t i = 0; i < n_local && sp.use_local_gpus; ++i) head += sp.device_layers[i];
-  if (!nodes.empty()) range[nodes[0].name] = {0, head};
-  next = head;
-  for (size_t j = 0; j < sp.rpc_nodes.size() && n_local + j < sp.device_layers.size(); ++j) {
-    auto& r = range[sp.rpc_nodes[j]];
-    if (r.second == 0) r.first = next;
-    r.second += sp.device_layers[n_local + j];
-    next += sp.device_layers[n_local + j];
-  }
+  // Layers per node from the split libllama gets (it may have been given by hand with --layers).
+  const auto range = plan::layer_ranges(p.split, nodes);
   json out = {{"tokens_per_s", p.tokens_per_second()}, {"n_layer", n_layer}, {"nodes", json::array()}};
   for (size_t i = 0; i < nodes.size(); ++i) {
     const auto it = range.find(nodes[i].name);

@@ -238,6 +238,7 @@ void Supervisor::spawn_engine() {
   for (auto& f : forwarders_) rpc += (rpc.empty() ? "" : ",") + std::string("127.0.0.1:") + std::to_string(f->port());
   if (!rpc.empty()) args.insert(args.end(), {"--rpc", rpc});
   if (!options_.device_layers.empty()) args.insert(args.end(), {"--layer-split", join(options_.device_layers)});
+  if (options_.workers_first) args.push_back("--workers-first");
   if (options_.threads > 0) args.insert(args.end(), {"-t", std::to_string(options_.threads)});
   if (!options_.cuda_graphs) args.push_back("--no-cuda-graphs");
   for (const std::string& a : cache_listing_args()) args.insert(args.end(), {"--worker-cache", a});

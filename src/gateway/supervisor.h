@@ -40,6 +40,7 @@ struct SupervisorOptions {
   std::string head_name = "head";
   int cpu_layers = 0;                    // the plan's split (see engine::Placement)
   std::vector<int> device_layers;
+  bool workers_first = false;            // RPC devices before the head's GPUs
   int context = 4096;                    // per slot
   int parallel = 1;
   int threads = 0;

@@ -79,7 +79,8 @@ std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptio
   out << line;
   out << "libllama: cpu_layers " << plan.split.cpu_layers << ", device_layers [";
   for (size_t i = 0; i < plan.split.device_layers.size(); ++i) out << (i ? ", " : "") << plan.split.device_layers[i];
-  out << "], local GPUs " << (plan.split.use_local_gpus ? "yes" : "no") << ", RPC servers [";
+  out << "], local GPUs " << (plan.split.use_local_gpus ? (plan.split.workers_first ? "yes, after the RPC servers" : "yes") : "no")
+      << ", RPC servers [";
   for (size_t i = 0; i < plan.split.rpc_nodes.size(); ++i) out << (i ? ", " : "") << plan.split.rpc_nodes[i];
   out << "]\n";
   return out.str();
@@ -118,6 +119,7 @@ std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOpti
   j["devices"] = devices;
   j["split"] = {{"cpu_layers", plan.split.cpu_layers},
                 {"use_local_gpus", plan.split.use_local_gpus},
+                {"workers_first", plan.split.workers_first},
                 {"device_layers", plan.split.device_layers},
                 {"rpc_nodes", plan.split.rpc_nodes}};
   j["pipeline_parallel"] = plan.pipeline;

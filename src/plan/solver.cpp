@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <tuple>
 
 #include "common/units.h"
 
@@ -13,7 +15,7 @@ constexpr int64_t kInfeasible = std::numeric_limits<int64_t>::max();
 
 // One device in solver order, with what it would hold whatever its layer range.
 struct FlatDevice {
-  int node = 0;
+  int node = 0, index = 0;  // which node, and which of its devices
   const DeviceSpec* spec = nullptr;
   bool host = false;         // the head's first device: pays for the token embedding and host buffers
   uint64_t usable = 0;       // free bytes after the margin
@@ -59,10 +61,16 @@ class Solver {
       prefix_.weights[l + 1] = prefix_.weights[l] + costs.layers[l].weights;
       prefix_.kv[l + 1] = prefix_.kv[l] + costs.layers[l].kv;
     }
-    for (size_t n = 0; n < nodes.size(); ++n) {
+    // A GPU head puts its GPUs after the workers' devices (engine::Placement::workers_first).
+    workers_first_ = nodes[0].devices[0].kind == DeviceKind::gpu && nodes.size() > 1;
+    std::vector<size_t> node_order;
+    for (size_t n = workers_first_ ? 1 : 0; n < nodes.size(); ++n) node_order.push_back(n);
+    if (workers_first_) node_order.push_back(0);
+    for (const size_t n : node_order) {
       for (size_t d = 0; d < nodes[n].devices.size(); ++d) {
         FlatDevice f;
         f.node = static_cast<int>(n);
+        f.index = static_cast<int>(d);
         f.spec = &nodes[n].devices[d];
         f.host = n == 0 && d == 0;
         f.margin = margin_bytes(o.memory, f.spec->free_bytes);
@@ -75,13 +83,21 @@ class Solver {
       }
     }
     hop_ps_ = static_cast<int64_t>(std::llround(o.hop_seconds * 1e12));
-    output_on_head_ = nodes[0].devices[0].kind == DeviceKind::gpu;
-    head_last_ = static_cast<int>(nodes[0].devices.size()) - 1;
   }
 
-  // A GPU head keeps the output head on its last GPU (engine::Placement::output_on_head).
-  bool output_on_head() const { return output_on_head_; }
-  int head_last() const { return head_last_; }
+  bool workers_first() const { return workers_first_; }
+  const FlatDevice& host() const {
+    return *std::find_if(flat_.begin(), flat_.end(), [](const FlatDevice& f) { return f.host; });
+  }
+  // The devices of a path whose last worker is node `last` (0: the head alone), in layer order;
+  // the last one holds the output head.
+  std::vector<int> path(int last) const {
+    std::vector<int> seq;
+    for (size_t j = 0; j < flat_.size(); ++j) {
+      if (flat_[j].node <= last) seq.push_back(static_cast<int>(j));
+    }
+    return seq;
+  }
 
   // Memory a device needs for layers [first, first+count); `output`: it holds the output head.
   uint64_t need(const FlatDevice& f, int first, int count, bool output, bool pipeline) const {
@@ -118,13 +134,12 @@ class Solver {
   Prefix prefix_;
   std::vector<FlatDevice> flat_;
   int64_t hop_ps_ = 0;
-  bool output_on_head_ = false;
-  int head_last_ = 0;
+  bool workers_first_ = false;
 };
 
 Cost Solver::solve_for_last(int last, bool pipeline, std::vector<int>* ranges) const {
-  int m = 0;
-  while (m < static_cast<int>(flat_.size()) && flat_[m].node <= last) ++m;
+  const std::vector<int> seq = path(last);
+  const int m = static_cast<int>(seq.size());
   const int L = n_layer_;
   // dp[j][l][u]: best cost with layers [0, l) on devices [0, j); u: the node of device j-1 already
   // holds a layer (a worker's first layer adds one cable crossing).
@@ -132,13 +147,13 @@ Cost Solver::solve_for_last(int last, bool pipeline, std::vector<int>* ranges) c
   std::vector<Cost> dp(static_cast<size_t>(m + 1) * stride);
   std::vector<int> choice(dp.size(), -1);
   auto at = [&](int j, int l, int u) -> size_t { return static_cast<size_t>(j) * stride + static_cast<size_t>(l) * 2 + u; };
-  // The last node always holds the output head, so it is on the path: it and the way back to the
-  // head cost a crossing each, when it is a worker.
+  // The last worker is on the path (on a CPU head it holds the output head): the way into the
+  // workers and the way back to the head cost a crossing each.
   dp[at(0, 0, 0)] = Cost{last > 0 ? 2 * hop_ps_ : 0, 0};
   for (int j = 0; j < m; ++j) {
-    const FlatDevice& f = flat_[j];
-    const bool new_node = j == 0 || flat_[j - 1].node != f.node;
-    const bool is_output = output_on_head_ ? j == head_last_ : j == m - 1;
+    const FlatDevice& f = flat_[seq[j]];
+    const bool new_node = j == 0 || flat_[seq[j - 1]].node != f.node;
+    const bool is_output = j == m - 1;
     for (int l = 0; l <= L; ++l) {
       for (int u = 0; u < 2; ++u) {
         const Cost& from = dp[at(j, l, u)];
@@ -175,7 +190,7 @@ Cost Solver::solve_for_last(int last, bool pipeline, std::vector<int>* ranges) c
   int l = L, u = best_u;
   for (int j = m; j > 0; --j) {
     const int c = choice[at(j, l, u)];
-    (*ranges)[j - 1] = c / 2;
+    (*ranges)[seq[j - 1]] = c / 2;
     l -= c / 2;
     u = c % 2;
   }
@@ -188,7 +203,7 @@ std::string gib(uint64_t bytes) { return format_bytes(bytes); }
 // memory, or the packing of layers into contiguous ranges.
 std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vector<NodeSpec>& nodes,
                             const PlanOptions& o) {
-  const FlatDevice& host = s.flat().front();
+  const FlatDevice& host = s.host();
   const uint64_t host_need = s.need(host, 0, 0, false, true);
   if (host_need > host.usable) {
     return "the head '" + nodes[0].name + "' needs " + gib(host_need) + " for the token embedding and host buffers but has " +
@@ -221,14 +236,14 @@ std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vec
          where + "; one layer needs up to " + gib(largest_layer) + ")";
 }
 
-void fill_split(const std::vector<NodeSpec>& nodes, Plan* plan) {
+void fill_split(const std::vector<NodeSpec>& nodes, bool workers_first, Plan* plan) {
   LlamaSplit& s = plan->split;
-  std::vector<int> worker_layers(nodes.size(), 0);
+  std::vector<int> head_gpus, workers;
   for (const DeviceAssignment& d : plan->devices) {
     if (d.head && d.kind == DeviceKind::cpu) s.cpu_layers += d.n_layers;
     if (d.head && d.kind == DeviceKind::gpu) {
       s.use_local_gpus = true;
-      s.device_layers.push_back(d.n_layers);
+      head_gpus.push_back(d.n_layers);
     }
   }
   // A worker is on the path when it holds a layer or the output head; its devices all register.
@@ -239,8 +254,13 @@ void fill_split(const std::vector<NodeSpec>& nodes, Plan* plan) {
     for (size_t d = 0; d < nodes[n].devices.size(); ++d, ++i) used = used || plan->devices[i].n_layers > 0 || plan->devices[i].output;
     if (n == 0 || !used) continue;
     s.rpc_nodes.push_back(nodes[n].name);
-    for (size_t k = begin; k < i; ++k) s.device_layers.push_back(plan->devices[k].n_layers);
+    for (size_t k = begin; k < i; ++k) workers.push_back(plan->devices[k].n_layers);
   }
+  s.workers_first = workers_first && !workers.empty();
+  const std::vector<int>& first = s.workers_first ? workers : head_gpus;
+  const std::vector<int>& then = s.workers_first ? head_gpus : workers;
+  s.device_layers = first;
+  s.device_layers.insert(s.device_layers.end(), then.begin(), then.end());
 }
 
 // What one device holds under the chosen ranges.
@@ -291,6 +311,44 @@ Status validate_request(const std::vector<NodeSpec>& nodes, const PlanOptions& o
 
 }  // namespace
 
+std::map<std::string, std::pair<int, int>> layer_ranges(const LlamaSplit& split, const std::vector<NodeSpec>& nodes) {
+  std::vector<std::pair<std::string, int>> runs;  // node, layers, in layer order
+  if (!nodes.empty() && split.cpu_layers > 0) runs.emplace_back(nodes[0].name, split.cpu_layers);
+  size_t worker_devices = 0;
+  std::vector<std::pair<std::string, size_t>> workers;  // name, device count
+  for (const std::string& name : split.rpc_nodes) {
+    size_t count = 1;
+    for (const NodeSpec& n : nodes) {
+      if (n.name == name) count = std::max<size_t>(1, n.devices.size());
+    }
+    workers.emplace_back(name, count);
+    worker_devices += count;
+  }
+  const size_t head_devices = split.device_layers.size() - std::min(split.device_layers.size(), worker_devices);
+  size_t next = 0;
+  auto take = [&](const std::string& name, size_t count) {
+    int layers = 0;
+    for (size_t k = 0; k < count && next < split.device_layers.size(); ++k) layers += split.device_layers[next++];
+    runs.emplace_back(name, layers);
+  };
+  auto take_workers = [&] {
+    for (const auto& [name, count] : workers) take(name, count);
+  };
+  if (split.workers_first) take_workers();
+  if (!nodes.empty() && head_devices > 0) take(nodes[0].name, head_devices);
+  if (!split.workers_first) take_workers();
+  std::map<std::string, std::pair<int, int>> out;
+  int layer = 0;
+  for (const auto& [name, layers] : runs) {
+    if (layers > 0) {
+      auto [it, fresh] = out.try_emplace(name, layer, 0);
+      it->second.second += layers;
+    }
+    layer += layers;
+  }
+  return out;
+}
+
 Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
   TANDEM_RETURN_IF_ERROR(validate_request(nodes, o));
   auto costs = model_costs(info, o.memory);
@@ -298,7 +356,7 @@ Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, co
   const ModelCosts& c = costs.value();
   Solver solver(c, nodes, o);
 
-  // The last node on the path holds the output head; try each.
+  // Each worker in turn as the last one on the path.
   Cost best;
   std::vector<int> best_ranges(solver.flat().size(), 0);
   int output_index = -1;
@@ -312,27 +370,31 @@ Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, co
         best = cost;
         best_ranges = ranges;
         pipeline = pp;
-        for (size_t j = 0; j < solver.flat().size(); ++j) {
-          if (solver.flat()[j].node <= last) output_index = static_cast<int>(j);
-        }
-        if (solver.output_on_head()) output_index = solver.head_last();
+        output_index = solver.path(last).back();
       }
     }
   }
   Plan plan;
   plan.pipeline = pipeline;
+  const auto& flat = solver.flat();
+  std::vector<DeviceAssignment> in_layer_order;
   int layer = 0;
-  for (size_t j = 0; j < solver.flat().size(); ++j) {
-    const FlatDevice& f = solver.flat()[j];
-    plan.devices.push_back(assign(f, nodes[f.node], c, layer, best_ranges[j], static_cast<int>(j) == output_index, pipeline));
+  for (size_t j = 0; j < flat.size(); ++j) {
+    in_layer_order.push_back(assign(flat[j], nodes[flat[j].node], c, layer, best_ranges[j], static_cast<int>(j) == output_index, pipeline));
     layer += best_ranges[j];
   }
+  // The plan lists devices node by node, the head first, whatever order the layers run in.
+  std::vector<size_t> by_node(flat.size());
+  std::iota(by_node.begin(), by_node.end(), size_t{0});
+  std::sort(by_node.begin(), by_node.end(),
+            [&](size_t a, size_t b) { return std::tie(flat[a].node, flat[a].index) < std::tie(flat[b].node, flat[b].index); });
+  for (size_t j : by_node) plan.devices.push_back(in_layer_order[j]);
   if (!best.feasible()) {
     plan.failure = explain_failure(solver, c, nodes, o);
     return plan;
   }
   plan.fits = true;
-  fill_split(nodes, &plan);
+  fill_split(nodes, solver.workers_first(), &plan);
   // head -> each worker on the path -> back to the head
   const size_t crossings = plan.split.rpc_nodes.empty() ? 0 : plan.split.rpc_nodes.size() + 1;
   plan.link_seconds = o.hop_seconds * static_cast<double>(crossings);

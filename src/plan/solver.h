@@ -1,18 +1,21 @@
 // The placement solver: contiguous layer ranges over every device of every node, chosen to
 // minimise the estimated time per generated token under each device's memory.
 //
-// Devices are taken in order: the head's devices, then each worker's. Per token, a device spends
+// Devices take the layers in order: on a CPU head, the head's CPU, then each worker's devices; on a
+// GPU head, each worker's devices, then the head's GPUs (llama.cpp's own order, RPC devices first:
+// engine::Placement::workers_first). The output head goes with the last device on the path, so on
+// a GPU head it stays on the head and logits never cross the link. Per token, a device spends
 // (weight bytes its layers read) / (its bandwidth), and every cable crossing costs `hop_seconds`
 // (the activations go head -> worker 1 -> ... -> last worker -> head). Among plans with the same
 // time the one whose fullest device is least full wins, so equal boxes get balanced ranges. The
 // search is exhaustive over contiguous splits (dynamic programming), so the result is optimal for
-// this cost model and deterministic: the same inputs give the same plan. The output head goes with
-// the last device on the path, except on a GPU head: there it stays on the head's last GPU, so
-// that logits never cross the link (the engine places it so: engine::Placement::output_on_head).
+// this cost model and deterministic: the same inputs give the same plan.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -49,17 +52,22 @@ struct DeviceAssignment {
 
 // What libllama needs (mirrors engine::Placement): the head's CPU layers, then one layer count
 // per offload device, in order: the head's GPUs (when `use_local_gpus`) then the devices of each
-// worker listed in `rpc_nodes`.
+// worker listed in `rpc_nodes`, or, when `workers_first`, the workers' devices then the head's GPUs.
 struct LlamaSplit {
   int cpu_layers = 0;
   bool use_local_gpus = false;
+  bool workers_first = false;
   std::vector<int> device_layers;
   std::vector<std::string> rpc_nodes;  // worker names, in device order; the caller maps them to endpoints
 };
 
+// The layers each node runs under `split`: {first layer, count} by node name (nodes[0] is the
+// head); nodes without layers are absent. A worker gets one count per device of its NodeSpec.
+std::map<std::string, std::pair<int, int>> layer_ranges(const LlamaSplit& split, const std::vector<NodeSpec>& nodes);
+
 struct Plan {
   bool fits = false;
-  std::vector<DeviceAssignment> devices;  // every device of every node, in order; unused ones have 0 layers
+  std::vector<DeviceAssignment> devices;  // every device of every node, head first; unused ones have 0 layers
   LlamaSplit split;
   // The head's CPU holds no layer, so llama.cpp runs the split pipeline-parallel (more compute
   // buffer per device; see memory_model.h).

@@ -80,7 +80,14 @@ TEST_F(PlanM3, ThreeUnequalNodesFavourTheFastest) {
   EXPECT_GT(a, b);
   EXPECT_GT(b, 0);
   EXPECT_GT(c, 0);
-  EXPECT_EQ(j["split"]["device_layers"], nlohmann::json::array({a, b, c}));
+  // The head has a GPU: llama.cpp's order, the workers' devices first, the head's GPU last with
+  // the output head; the devices table stays head first, with the layers each one runs.
+  EXPECT_EQ(j["split"]["device_layers"], nlohmann::json::array({b, c, a}));
+  EXPECT_EQ(j["split"]["workers_first"], true);
+  EXPECT_EQ(j["devices"][1]["first_layer"], 0);
+  EXPECT_EQ(j["devices"][2]["first_layer"], b);
+  EXPECT_EQ(j["devices"][0]["first_layer"], b + c);
+  EXPECT_EQ(j["devices"][0]["output"], true);
 }
 
 TEST_F(PlanM3, OneNode) {

@@ -113,15 +113,55 @@ TEST(Solver, OnACpuHeadTheOutputHeadGoesWithTheLastDeviceOnThePath) {
   EXPECT_FALSE(p->devices[2].output);
 }
 
-// The engine keeps the output head on a GPU head (engine::Placement::output_on_head): logits never
-// cross the link.
-TEST(Solver, AGpuHeadKeepsTheOutputHead) {
+// A GPU head takes llama.cpp's device order (engine::Placement::workers_first): the workers run
+// the first layers, the head's GPU the last ones and the output head, so logits never cross the
+// link and no tensor override is needed.
+TEST(Solver, AGpuHeadRunsTheLastLayersAndTheOutputHeadAfterTheWorkers) {
   auto p = solve(toy_model(10, 10), {node("a", 80), node("b", 80), node("c", 1)}, options());
   ASSERT_TRUE(p.is_ok() && p->fits) << p->failure;
   EXPECT_TRUE(p->devices[0].output);
   EXPECT_FALSE(p->devices[1].output);
   EXPECT_FALSE(p->devices[2].output);
+  EXPECT_EQ(p->devices[1].first_layer, 0);
+  EXPECT_EQ(p->devices[1].n_layers, 5);
+  EXPECT_EQ(p->devices[0].first_layer, 5);
+  EXPECT_EQ(p->devices[0].n_layers, 5);
+  EXPECT_TRUE(p->split.workers_first);
+  EXPECT_TRUE(p->split.use_local_gpus);
+  EXPECT_EQ(p->split.rpc_nodes, (std::vector<std::string>{"b"}));
   EXPECT_EQ(p->split.device_layers, (std::vector<int>{5, 5}));
+  const auto ranges = layer_ranges(p->split, {node("a", 80), node("b", 80), node("c", 1)});
+  EXPECT_EQ(ranges.at("b"), (std::pair<int, int>{0, 5}));
+  EXPECT_EQ(ranges.at("a"), (std::pair<int, int>{5, 5}));
+  EXPECT_EQ(ranges.count("c"), 0u);
+}
+
+TEST(Solver, AGpuHeadAloneKeepsTheUsualOrder) {
+  auto p = solve(toy_model(4, 10), {node("a", 1024), node("b", 1024)}, options());
+  ASSERT_TRUE(p.is_ok() && p->fits) << p->failure;
+  EXPECT_FALSE(p->split.workers_first);
+  EXPECT_EQ(p->split.device_layers, (std::vector<int>{4}));
+  EXPECT_TRUE(p->devices[0].output);
+}
+
+TEST(Solver, LayerRangesFollowTheDeviceOrder) {
+  const std::vector<NodeSpec> nodes = {node("h", 80, 100e9, DeviceKind::cpu), node("w1", 80), node("w2", 80)};
+  LlamaSplit cpu_head;
+  cpu_head.cpu_layers = 3;
+  cpu_head.device_layers = {4, 5};
+  cpu_head.rpc_nodes = {"w1", "w2"};
+  auto r = layer_ranges(cpu_head, nodes);
+  EXPECT_EQ(r.at("h"), (std::pair<int, int>{0, 3}));
+  EXPECT_EQ(r.at("w1"), (std::pair<int, int>{3, 4}));
+  EXPECT_EQ(r.at("w2"), (std::pair<int, int>{7, 5}));
+  LlamaSplit gpu_head;
+  gpu_head.use_local_gpus = gpu_head.workers_first = true;
+  gpu_head.device_layers = {4, 0, 5};
+  gpu_head.rpc_nodes = {"w1", "w2"};
+  r = layer_ranges(gpu_head, nodes);
+  EXPECT_EQ(r.at("w1"), (std::pair<int, int>{0, 4}));
+  EXPECT_EQ(r.count("w2"), 0u);
+  EXPECT_EQ(r.at("h"), (std::pair<int, int>{4, 5}));
 }
 
 TEST(Solver, AHeadCpuTakesCpuLayers) {
