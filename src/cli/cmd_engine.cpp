@@ -94,7 +94,7 @@ void register_engine(CLI::App& app) {
   cmd->add_option("--prompt-chunk", f.serve.scheduler.max_prompt_chunk,
                   "--socket: prompt tokens per slot and step at most (0: the batch; below 64 for batch-independent results on CPU)")
       ->capture_default_str()->check(CLI::Range(0, 1 << 16));
-  cmd->add_option("-t,--threads", o.threads, "CPU threads (0: all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", o.threads, "CPU threads (0: one per physical core)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--temperature", o.temperature, "--prompt: sample at this temperature instead of greedy decoding")
       ->check(CLI::Range(0.0f, 5.0f))->each([](const std::string&) { f.one_shot.greedy = false; });
   cmd->add_option("--seed", o.seed, "--prompt: sampling seed")->capture_default_str();

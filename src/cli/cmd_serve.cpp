@@ -65,7 +65,7 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0, 3600));
   cmd->add_option("--max-in-flight", f.options.max_in_flight, "Generation requests admitted at once; more get 503")
       ->capture_default_str()->check(CLI::Range(1, 100000));
-  cmd->add_option("-t,--threads", f.options.threads, "Engine CPU threads (0: all cores)")->capture_default_str();
+  cmd->add_option("-t,--threads", f.options.threads, "Engine CPU threads (0: one per physical core)")->capture_default_str();
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine");
   add_log_format_option(cmd);
   cmd->callback([] {

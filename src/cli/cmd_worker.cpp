@@ -131,7 +131,7 @@ void register_worker(CLI::App& app) {
   cmd->add_option("--devices", f.devices, "Comma-separated ggml devices (default: every GPU, else the CPU)");
   cmd->add_option("--cache-dir", f.cache_dir, "Weight cache folder (see `tandem worker seed`)");
   cmd->add_option("--cache-max-size", f.cache_max, "Bound the cache (e.g. 200GiB), evicting least recently used entries");
-  cmd->add_option("--threads", f.threads, "CPU threads of the RPC server (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", f.threads, "CPU threads of the RPC server (0: one per physical core)")->capture_default_str();
   cmd->add_option("--name", f.name, "This worker's name in messages (default: the hostname)");
   cmd->add_option("--handshake-timeout-ms", f.handshake_ms, "Deadline of each handshake step")
       ->capture_default_str()->check(CLI::Range(100, 600000));

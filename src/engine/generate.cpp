@@ -5,6 +5,7 @@
 #include <memory>
 #include <thread>
 
+#include "common/cpu_cores.h"
 #include "engine/llama_log.h"
 #include "llama.h"
 
@@ -41,7 +42,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   ModelPtr model = std::move(loaded.value());
   r.load_s = since(t);
 
-  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0 ? o.threads : physical_cores();
   llama_context_params cp = llama_context_default_params();
   cp.n_ctx = static_cast<uint32_t>(o.n_ctx);
   cp.n_batch = static_cast<uint32_t>(o.n_ctx);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/cpu_cores.h"
 #include "common.h"
 #include "engine/llama_log.h"
 #include "engine/request.h"
@@ -38,7 +39,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
   if (o.batch < o.parallel) return Status::invalid_argument("batch (" + std::to_string(o.batch) + ") must hold one token of each slot (" + std::to_string(o.parallel) + ")");
   auto chat = ChatTemplates::load(model);
   if (!chat.is_ok()) return chat.status();
-  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0 ? o.threads : physical_cores();
   llama_context_params cp = llama_context_default_params();
   cp.n_ctx = static_cast<uint32_t>(o.context) * static_cast<uint32_t>(o.parallel);
   cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(o.batch);

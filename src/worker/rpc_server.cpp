@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/cpu_cores.h"
 #include "common/log.h"
 
 #include "ggml-backend.h"
@@ -98,7 +99,7 @@ Status run_rpc_server(const RpcServerOptions& o) {
     cache = o.cache_dir.c_str();
   }
   if (log::format() == log::Format::json) relay_output_as_records();
-  const size_t threads = o.threads > 0 ? static_cast<size_t>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = o.threads > 0 ? static_cast<size_t>(o.threads) : static_cast<size_t>(physical_cores());
   ggml_backend_rpc_start_server(o.endpoint.c_str(), cache, threads, devs->size(), devs->data());
   return Status::unavailable("ggml's RPC server stopped");
 }
