@@ -11,7 +11,8 @@
 # Environment: BENCH_ARGS (extra `tandem bench` flags, e.g. small sizes for CPU), CONTEXT (default
 # 8192), MACHINE (name in the results folder, default: hostname), NGL (single's -ngl, default 99),
 # SPLIT_MODE (cpu: the head keeps its half on the CPU; gpu: half on CUDA0), BANDWIDTH (bytes/s of
-# the device, for the physical limit; default 4.8e12, an H200).
+# the device, for the physical limit; default 4.8e12, an H200), TANDEM_SERVE_ARGS (extra `tandem
+# serve` flags), SKIP_COLD (skip the cold load; the worker's cache is then seeded from empty).
 # tandem-split's worker keeps a weight cache: round 1 first starts it with the cache empty
 # ("tandem-cold": load time and link bytes only), then seeds it (`tandem worker seed`), and every
 # tandem-split start is seeded.
@@ -46,7 +47,15 @@ n_layer=$("$tandem" inspect --json "$model" | python3 -c 'import json,sys; print
 half=$((n_layer / 2))
 # The stock split: on a GPU head, every layer offloaded and split 1:1 between CUDA0 and the RPC
 # device; on a CPU head, the first half stays on the CPU and the rest goes to the RPC server.
-if [ "${SPLIT_MODE:-cpu}" = gpu ]; then stock_split=(-ngl 99 -ts 1,1); else stock_split=(-ngl $((n_layer - half + 1))); fi
+# tandem-split places the same layers: `--layers HEAD,WORKER` gives a GPU head the last layers
+# (workers first, as llama.cpp orders RPC devices) and a CPU head the first ones.
+if [ "${SPLIT_MODE:-cpu}" = gpu ]; then
+  stock_split=(-ngl 99 -ts 1,1)
+  worker_layers="0-$((n_layer - half - 1))"
+else
+  stock_split=(-ngl $((n_layer - half + 1)))
+  worker_layers="$half-$((n_layer - 1))"
+fi
 "$tandem" secret new -o "$work/cluster.key" >/dev/null
 key=$("$tandem" keys --db "$work/keys.db" create --name bench 2>/dev/null)
 
@@ -72,7 +81,7 @@ start_config() {  # name; sets url, load_s
       sleep 1
       "$tandem" serve -m "$model" --worker worker=127.0.0.1:$rport --secret-file "$work/cluster.key" --keys-db "$work/keys.db" \
         --listen 127.0.0.1:$port --context "$context" --parallel 4 --model-id bench --layers $half,$((n_layer - half)) \
-        >"$work/$name.log" 2>&1 & pids+=($!) ;;
+        ${TANDEM_SERVE_ARGS:-} >"$work/$name.log" 2>&1 & pids+=($!) ;;
   esac
   load_s=$(wait_ready "$url")
   link_bytes=0
@@ -85,14 +94,16 @@ results="$work/runs.jsonl"
 : > "$results"
 for round in $(seq "$rounds"); do
   if [ "$round" = 1 ]; then
-    echo "compare: round 1: tandem-cold (load only)" >&2
-    start_config tandem-cold
-    echo "{\"config\":\"tandem-cold\",\"round\":1,\"load_s\":$load_s,\"link_bytes\":$link_bytes}" >> "$work/runs.jsonl"
-    cp "$work/tandem-cold.log" "$work/tandem-cold-worker.log" "$out/" 2>/dev/null || true
-    stop_all
+    if [ -z "${SKIP_COLD:-}" ]; then
+      echo "compare: round 1: tandem-cold (load only)" >&2
+      start_config tandem-cold
+      echo "{\"config\":\"tandem-cold\",\"round\":1,\"load_s\":$load_s,\"link_bytes\":$link_bytes}" >> "$work/runs.jsonl"
+      cp "$work/tandem-cold.log" "$work/tandem-cold-worker.log" "$out/" 2>/dev/null || true
+      stop_all
+    fi
     # The cold load cached what ggml caches (weights above 10 MiB); seeding from the worker's own
     # copy adds the rest above tandem's 1 MiB, as docs/worker.md has users do.
-    "$tandem" worker seed -m "$model" --cache-dir "$work/worker-cache" --layers "$half-$((n_layer - 1))" >&2
+    "$tandem" worker seed -m "$model" --cache-dir "$work/worker-cache" --layers "$worker_layers" >&2
   fi
   for name in single stock-split stock-split-graphs tandem-split; do
     echo "compare: round $round: $name" >&2

@@ -80,6 +80,8 @@ def main():
     if lb["load_cold"]:
         md += ["", f"link bytes during load: cold {lb['load_cold'] / 1e9:.3f} GB, seeded "
                f"{(lb['load_seeded'] or 0) / 1e9:.3f} GB ({100 * (lb['load_seeded'] or 0) / lb['load_cold']:.2f}% of cold)"]
+    elif lb["load_seeded"] is not None:
+        md += ["", f"link bytes during a seeded load: {lb['load_seeded'] / 1e9:.3f} GB (no cold load this run)"]
     md += [""]
     open(os.path.join(out, "results.md"), "w").write("\n".join(md))
 
