@@ -44,11 +44,11 @@ std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptio
   std::ostringstream out;
   out << "model    " << request_text(info, o) << "\n\n";
   char line[320];
-  std::snprintf(line, sizeof line, "%-12s %-8s %-14s %8s %8s %8s %8s %8s %9s %8s\n", "node", "device", "layers", "weights",
+  std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s %8s %8s %9s %8s\n", "node", "device", "layers", "weights",
                 "KV", "compute", "free", "margin", "headroom", "ms/tok");
   out << line;
   for (const DeviceAssignment& d : plan.devices) {
-    std::snprintf(line, sizeof line, "%-12s %-8s %-14s %8s %8s %8s %8s %8s %9s %8.2f\n", d.node.c_str(), d.device.c_str(),
+    std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s %8s %8s %9s %8.2f\n", d.node.c_str(), d.device.c_str(),
                   layers_text(d).c_str(), gib(d.weights).c_str(), gib(d.kv).c_str(), gib(d.compute).c_str(),
                   gib(d.free_bytes).c_str(), gib(d.margin).c_str(), signed_gib(d.headroom()).c_str(),
                   d.seconds_per_token * 1e3);
