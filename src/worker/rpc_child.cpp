@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "worker/rpc_server.h"
 
 extern char** environ;
 
@@ -263,6 +264,12 @@ Result<link::Fd> RpcChild::connect(link::Millis timeout) {
     out = link::connect_tcp(ep, link::deadline_in(timeout));
   }).join();
   return out;
+}
+
+void RpcChild::release_memory() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Only a child that listens has its handler installed; SIGUSR1 would end one still starting.
+  if (state_ == ChildState::running && pid_ > 0) ::kill(pid_, kReleaseMemorySignal);
 }
 
 RpcChildInfo RpcChild::info() const {

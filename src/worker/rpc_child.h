@@ -77,6 +77,10 @@ class RpcChild {
 
   RpcChildInfo info() const;
 
+  // Asks a running child to give the memory its last session freed back to the system
+  // (run_rpc_server keeps large blocks in its heap); a no-op when it is not running.
+  void release_memory();
+
  private:
   Status setup_namespace();
   pid_t spawn();

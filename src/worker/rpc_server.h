@@ -2,6 +2,7 @@
 // for the chosen devices. Only the worker starts it, inside its private network namespace.
 #pragma once
 
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,9 @@ struct RpcServerOptions {
   std::string cache_dir;             // empty: no weight cache
   int threads = 0;                   // 0: all cores
 };
+
+// The signal the worker sends its RPC child after each session: give freed memory back.
+inline constexpr int kReleaseMemorySignal = SIGUSR1;
 
 // Serves forever (ggml's server loop never returns unless it fails). Errors: an unknown device
 // (the message lists the available ones), no device, a cache folder that cannot be created, or

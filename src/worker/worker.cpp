@@ -220,6 +220,7 @@ std::string Worker::serve_rpc(int fd, const link::PeerInfo& peer) {
   so.from_head = &bytes_from_head_;
   so.to_head = &bytes_to_head_;
   const RpcSpliceResult spliced = rpc_splice(fd, child->get(), so);
+  child_.release_memory();
   if (!spliced.error.empty()) log::warn("worker", "rpc session from " + peer.name + " cut: " + spliced.error);
   {
     std::lock_guard<std::mutex> lock(mutex_);

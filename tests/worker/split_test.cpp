@@ -5,7 +5,9 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "common/build_info.h"
@@ -78,6 +80,48 @@ TEST_F(Split, TwoWorkersThroughForwardersGiveTheTokensOfOneProcess) {
   auto through = generate(split);
   ASSERT_TRUE(through.is_ok()) << through.status().to_string();
   EXPECT_EQ(through->tokens, reference_);
+}
+
+// The worker's RPC child keeps large blocks in its heap while a head loads (worker/rpc_server.cpp:
+// ggml reads each weight into a fresh buffer); when the session ends it gives them back, so the
+// free memory a later plan reads is really free.
+TEST(WorkerMemory, TheRpcChildGivesASessionsMemoryBackWhenItEnds) {
+  ScratchDir dir;
+  synth::ModelSpec spec = synth::preset("tiny").value();
+  spec.n_expert = 64;  // ~14 MB of experts per layer: the worker's 3 layers dwarf its idle size
+  spec.n_ff_exp = 512;
+  const std::string model = dir.file("wide.gguf");
+  ASSERT_TRUE(synth::write_model(spec, model, {}).is_ok());
+  const link::Secret secret = make_secret(dir.file("cluster.key"));
+  WorkerProcess w(dir, "box-b", dir.file("cluster.key"));
+  ASSERT_TRUE(w.up()) << w.log();
+  const int child = child_pid_of(w.process().pid());
+  ASSERT_GT(child, 0);
+  const uint64_t idle = rss_kib(child);
+  auto f = forward_to(w, secret);
+  GenerateOptions o = options(model);
+  o.placement.rpc_servers = {local(*f)};
+  o.placement.cpu_layers = 1;
+  o.placement.device_layers = {3};
+  std::atomic<bool> done{false};
+  uint64_t peak = 0;
+  std::thread sampler([&] {
+    while (!done) {
+      peak = std::max(peak, rss_kib(child));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  auto r = generate(o);
+  done = true;
+  sampler.join();
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string() << "\n" << w.log();
+  EXPECT_GT(peak, idle + 30 * 1024) << "idle " << idle << " KiB";  // it held the worker's layers
+  uint64_t after = rss_kib(child);
+  for (int i = 0; i < 100 && after > idle + 8 * 1024; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    after = rss_kib(child);
+  }
+  EXPECT_LT(after, idle + 8 * 1024) << "idle " << idle << " KiB, peak " << peak << " KiB";
 }
 
 // The same through the command line: `tandem link forward` in front of the worker, and

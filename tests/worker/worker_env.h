@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -66,6 +67,27 @@ class WorkerProcess {
   std::unique_ptr<ChildProcess> proc_;
   bool up_ = false;
 };
+
+// The first child process of `parent` (e.g. a worker's RPC server), or -1.
+inline int child_pid_of(int parent) {
+  // Each thread lists the children it forked; the worker forks from its supervisor thread.
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(parent) + "/task", ec)) {
+    std::ifstream in(task.path() / "children");
+    int pid = -1;
+    if (in >> pid) return pid;
+  }
+  return -1;
+}
+
+// Resident memory of `pid` in KiB (0 when it is gone).
+inline uint64_t rss_kib(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+  }
+  return 0;
+}
 
 // A started forwarder to `w` whose link is up (test expectations fail otherwise).
 inline std::unique_ptr<link::Forwarder> forward_to(const WorkerProcess& w, const link::Secret& secret) {
