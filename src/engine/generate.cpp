@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
-#include <thread>
 
 #include "common/cpu_cores.h"
 #include "engine/llama_log.h"

@@ -1,8 +1,5 @@
 #include "gateway/status_page.h"
 
-#include <algorithm>
-#include <map>
-
 #include "gateway/status_page_html.h"
 
 namespace tandem::gateway {
