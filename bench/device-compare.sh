@@ -3,6 +3,7 @@
 #   bench/device-compare.sh build     CUDA build for sm_90 (scripts/device-build.sh), ~4 min
 #   bench/device-compare.sh model     writes the m3-proxy model to /tmp (tandem synth), ~75 s
 #   bench/device-compare.sh compare [ROUNDS]   bench/compare.sh with SPLIT_MODE=gpu
+#   bench/device-compare.sh diag [LAYERS]      bench/device-diag.sh: where a split loses decode, ~3 min
 # Results and logs go to $OUT (the device tool's output folder) as well as bench/results/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,7 +13,8 @@ sysroot=/tmp/tandem-dev/sysroot
 export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export TANDEM_CACHE=/tmp/tandem-cache
 model=/tmp/m3-proxy.gguf
-case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]}" in
+export OUT=$out
+case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]}" in
   build)
     "$root/scripts/device-build.sh" tandem tandem-engine 2>&1 | tail -5
     ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
@@ -24,4 +26,6 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]}" in
     lscpu | grep -E 'Model name|^CPU\(s\)' >> "$out/gpu.txt"
     MACHINE=${MACHINE:-h200} SPLIT_MODE=gpu "$root/bench/compare.sh" "$root/build-cuda" "$model" "${2:-1}"
     cp -r "$root"/bench/results/*-"${MACHINE:-h200}" "$out/" ;;
+  diag)
+    "$root/bench/device-diag.sh" "${2:-12}" 2>&1 | tee "$out/diag.txt" ;;
 esac

@@ -6,15 +6,12 @@
 #   - tandem-engine one-shot runs (sampling included): one process, the split against a stock
 #     ggml-rpc-server, and the split through `tandem worker` + `tandem link forward`.
 # Prints one line per run; logs go to $OUT. bench/results/2026-12-02-h200-workers-first/README.md
-# has the first results of this kind and what they showed.
-#   bench/device-diag.sh [LAYERS]
+# has the first results of this kind and what they showed. Run it as
+#   bench/device-compare.sh diag [LAYERS]
+# which sets up the environment of the device build.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${OUT:-/tmp/device-diag}
-mkdir -p "$out"
-sysroot=/tmp/tandem-dev/sysroot
-export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export TANDEM_CACHE=/tmp/tandem-cache
+out=${OUT:?run through bench/device-compare.sh diag}
 build=$root/build-cuda
 bin=$(dirname "$(sed -n 's/^#define TANDEM_LLAMA_SERVER_EXE "\(.*\)"/\1/p' "$build/generated/common/build_info.h")")
 layers=${1:-12}
