@@ -12,7 +12,8 @@
 # 8192), MACHINE (name in the results folder, default: hostname), NGL (single's -ngl, default 99),
 # SPLIT_MODE (cpu: the head keeps its half on the CPU; gpu: half on CUDA0), BANDWIDTH (bytes/s of
 # the device, for the physical limit; default 4.8e12, an H200), TANDEM_SERVE_ARGS (extra `tandem
-# serve` flags), SKIP_COLD (skip the cold load; the worker's cache is then seeded from empty).
+# serve` flags), SKIP_COLD (skip the cold load; the worker's cache is then seeded from empty),
+# SPLIT_THREADS (CPU threads of each side of a split; default half the cores).
 # tandem-split's worker keeps a weight cache: round 1 first starts it with the cache empty
 # ("tandem-cold": load time and link bytes only), then seeds it (`tandem worker seed`), and every
 # tandem-split start is seeded.
@@ -56,6 +57,10 @@ else
   stock_split=(-ngl $((n_layer - half + 1)))
   worker_layers="$half-$((n_layer - 1))"
 fi
+# Both halves of a split share this machine; each gets half of its cores, as if each had a box of
+# its own (otherwise the two sides' threads fight over the same cores: ggml-rpc-server's default is
+# half the cores, llama-server's and tandem's one per physical core). single keeps its default.
+threads=${SPLIT_THREADS:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}
 "$tandem" secret new -o "$work/cluster.key" >/dev/null
 key=$("$tandem" keys --db "$work/keys.db" create --name bench 2>/dev/null)
 
@@ -70,18 +75,18 @@ start_config() {  # name; sets url, load_s
     stock-split|stock-split-graphs)
       local env=()
       [ "$name" = stock-split ] && env=(GGML_CUDA_DISABLE_GRAPHS=1)
-      env "${env[@]}" "$llama_bin/ggml-rpc-server" -H 127.0.0.1 -p "$rport" >"$work/$name-rpc.log" 2>&1 & pids+=($!)
+      env "${env[@]}" "$llama_bin/ggml-rpc-server" -H 127.0.0.1 -p "$rport" -t "$threads" >"$work/$name-rpc.log" 2>&1 & pids+=($!)
       sleep 1
       env "${env[@]}" "$llama_bin/llama-server" -m "$model" "${stock_split[@]}" -c $((context * 4)) -np 4 --fit off -fa on --no-warmup --port "$port" \
-        --rpc 127.0.0.1:$rport --alias bench >"$work/$name.log" 2>&1 & pids+=($!) ;;
+        -t "$threads" --rpc 127.0.0.1:$rport --alias bench >"$work/$name.log" 2>&1 & pids+=($!) ;;
     tandem-split|tandem-cold)
       [ "$name" = tandem-cold ] && rm -rf "$work/worker-cache"
       "$tandem" worker --listen 127.0.0.1:$rport --secret-file "$work/cluster.key" --name worker \
-        --cache-dir "$work/worker-cache" >"$work/$name-worker.log" 2>&1 & pids+=($!)
+        --cache-dir "$work/worker-cache" --threads "$threads" >"$work/$name-worker.log" 2>&1 & pids+=($!)
       sleep 1
       "$tandem" serve -m "$model" --worker worker=127.0.0.1:$rport --secret-file "$work/cluster.key" --keys-db "$work/keys.db" \
         --listen 127.0.0.1:$port --context "$context" --parallel 4 --model-id bench --layers $half,$((n_layer - half)) \
-        ${TANDEM_SERVE_ARGS:-} >"$work/$name.log" 2>&1 & pids+=($!) ;;
+        -t "$threads" ${TANDEM_SERVE_ARGS:-} >"$work/$name.log" 2>&1 & pids+=($!) ;;
   esac
   load_s=$(wait_ready "$url")
   link_bytes=0
