@@ -17,6 +17,7 @@ bin=$(dirname "$(sed -n 's/^#define TANDEM_LLAMA_SERVER_EXE "\(.*\)"/\1/p' "$bui
 layers=${1:-12}
 half=$((layers / 2))
 model=/tmp/m3-proxy-$layers.gguf
+[ "$layers" = 60 ] && model=/tmp/m3-proxy.gguf  # the full proxy, as `device-compare.sh model` writes it
 [ -f "$model" ] || "$build/tandem" synth --preset m3-proxy --layers "$layers" -o "$model" >"$out/synth.log" 2>&1
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done' EXIT
