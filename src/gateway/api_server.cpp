@@ -1,9 +1,13 @@
 #include "gateway/api_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <ctime>
 #include <deque>
 
@@ -34,6 +38,20 @@ std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 bool flag(const json& body, const char* key) { return body.contains(key) && body[key].is_boolean() && body[key].get<bool>(); }
 
 }  // namespace
+
+// Debian's cpp-httplib 0.11 is a compiled library that listens with a backlog of 5
+// (CPPHTTPLIB_LISTEN_BACKLOG, fixed when the library was built). When more connections than that
+// arrive while the accept thread is not running (a burst of clients on a busy machine), the kernel
+// drops handshakes and falls back to SYN cookies, and some connections, whose clients have already
+// sent a request, are reset about a second later: those requests get no answer at all, and the
+// gateway never sees them. Listening again on the bound socket only raises the queue's length.
+class HttpServer : public httplib::Server {
+ public:
+  // 0 on success, else errno. The kernel caps `backlog` at net.core.somaxconn.
+  int set_listen_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0 ? 0 : errno; }
+  // Closes the listening socket of a server that never started listening.
+  void close_listener() { ::close(svr_sock_.exchange(INVALID_SOCKET)); }
+};
 
 struct ApiServer::Call {
   GenerationRequest request;
@@ -67,7 +85,7 @@ struct ApiServer::Call {
 
 ApiServer::ApiServer(ApiOptions options, Backend* backend, KeyStore* keys, HealthSource health)
     : options_(std::move(options)), backend_(backend), keys_(keys), health_(std::move(health)),
-      server_(std::make_unique<httplib::Server>()) {
+      server_(std::make_unique<HttpServer>()) {
   const int threads = options_.threads > 0 ? options_.threads : options_.max_in_flight + 8;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_payload_max_length(options_.max_body_bytes);
@@ -88,6 +106,12 @@ Status ApiServer::start() {
   if (port_ <= 0) {
     return Status::unavailable("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
                                " (address in use, or not an address of this machine?)");
+  }
+  if (const int err = server_->set_listen_backlog(SOMAXCONN); err != 0) {
+    server_->close_listener();
+    const std::string address = options_.host + ":" + std::to_string(port_);
+    port_ = -1;
+    return Status::unavailable("cannot set the listen backlog on " + address + ": " + std::strerror(err));
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   // httplib's stop() is a no-op until the listen loop runs, so a stop right after start would

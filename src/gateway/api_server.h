@@ -25,6 +25,8 @@ struct Response;
 
 namespace tandem::gateway {
 
+class HttpServer;  // httplib::Server with a usable listen backlog (api_server.cpp)
+
 struct ApiOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                      // 0 picks a free port (see ApiServer::port())
@@ -85,7 +87,7 @@ class ApiServer {
   Backend* const backend_;
   KeyStore* const keys_;
   const HealthSource health_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<HttpServer> server_;
   std::thread thread_;
   int port_ = 0;
   Limiter limiter_;

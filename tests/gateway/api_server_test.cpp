@@ -4,11 +4,16 @@
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <future>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -309,6 +314,63 @@ TEST_F(ApiServerTest, TheStatusPageIsPublicItsFiguresNeedAKey) {
   o.status_page_public = true;
   start(o);
   EXPECT_EQ(client_->Get("/status.json")->status, 200);
+}
+
+// Many clients connecting at once while the accept thread cannot run (a busy machine) wait in the
+// kernel's listen queue. With httplib's backlog of 5 the kernel reset some of those connections
+// about a second later, their requests unanswered (Load.Short lost two requests that way).
+TEST(ApiServerListenTest, ABurstOfNewConnectionsIsAnsweredEvenWhileTheServerCannotAccept) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The server gets a process of its own, so that SIGSTOP freezes its accept thread only.
+    ::close(pipe_fds[0]);
+    FakeBackend backend;
+    ApiOptions o;
+    o.port = 0;
+    o.auth = false;
+    ApiServer server(o, &backend, nullptr, [] { return HealthReport{}; });
+    const int port = server.start().is_ok() ? server.port() : -1;
+    if (::write(pipe_fds[1], &port, sizeof port) != sizeof port) ::_exit(1);
+    for (;;) ::pause();  // until the SIGKILL below
+  }
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{pid};
+  ::close(pipe_fds[1]);
+  int port = -1;
+  ASSERT_EQ(::read(pipe_fds[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  ::close(pipe_fds[0]);
+  ASSERT_GT(port, 0);
+
+  // Not every overflowing connection is reset: three bursts make it very likely that a short
+  // backlog shows.
+  constexpr int kClients = 64, kBursts = 3;
+  for (int burst = 0; burst < kBursts; ++burst) {
+    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+    std::atomic<int> answered{0};
+    std::vector<std::thread> clients;
+    for (int i = 0; i < kClients; ++i) {
+      clients.emplace_back([&] {
+        httplib::Client c("127.0.0.1", port);
+        c.set_connection_timeout(10, 0);
+        c.set_read_timeout(10, 0);
+        auto r = c.Get("/health");
+        if (r && r->status == 200) ++answered;
+      });
+    }
+    // Time for every client to connect and send its request into the stopped server's queue.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(::kill(pid, SIGCONT), 0);
+    for (auto& t : clients) t.join();
+    EXPECT_EQ(answered.load(), kClients) << "burst " << burst;
+  }
 }
 
 }  // namespace

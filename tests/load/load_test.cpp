@@ -49,12 +49,12 @@ uint64_t rss_kib(int pid) {
   return 0;
 }
 
-void client(int port, const std::string& key, int seed, Clock::time_point end, Tally& t) {
+void client(int port, const std::string& key, int seed, Clock::time_point start, Clock::time_point end, Tally& t) {
   std::mt19937 rng(seed);
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(kRequestTimeoutS, 0);
   c.set_keep_alive(true);
-  while (Clock::now() < end) {
+  for (int n = 1; Clock::now() < end; ++n) {
     const bool chat = rng() % 2, stream = rng() % 2;
     json body = {{"model", "tiny"}, {"max_tokens", 1 + rng() % 24}, {"stream", stream}};
     if (chat) body["messages"] = {{{"role", "user"}, {"content", "Tell me about the number " + std::to_string(rng() % 1000)}}};
@@ -66,7 +66,10 @@ void client(int port, const std::string& key, int seed, Clock::time_point end, T
     std::lock_guard<std::mutex> lock(t.mutex);
     if (!r) {
       ++t.lost;
-      t.problem("no answer (" + httplib::to_string(r.error()) + ") after " + std::to_string(secs) + " s");
+      // When, and which request: first requests lost at the start point at the listen queue.
+      t.problem("no answer (" + httplib::to_string(r.error()) + ") after " + std::to_string(secs) + " s, sent " +
+                std::to_string(std::chrono::duration<double>(t0 - start).count()) + " s into the run as the client's request " +
+                std::to_string(n));
       continue;
     }
     if (r->status == 200) {
@@ -126,7 +129,7 @@ void run_load(int clients, int seconds, bool check_memory) {
   const auto start = Clock::now();
   const auto end = start + std::chrono::seconds(seconds);
   std::vector<std::thread> threads;
-  for (int i = 0; i < clients; ++i) threads.emplace_back(client, cluster.port(), cluster.key(), i + 1, end, std::ref(t));
+  for (int i = 0; i < clients; ++i) threads.emplace_back(client, cluster.port(), cluster.key(), i + 1, start, end, std::ref(t));
   std::vector<std::pair<double, uint64_t>> gw_rss, engine_rss;
   while (Clock::now() < end) {
     const double at = std::chrono::duration<double>(Clock::now() - start).count() / seconds;
