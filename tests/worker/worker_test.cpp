@@ -161,12 +161,15 @@ TEST(Worker, AKilledRpcServerIsReportedAndRestarted) {
   // A control connection that will receive the event.
   link::Fd control = dial(w);
   ASSERT_TRUE(link::client_handshake(control.get(), secret, link::Role::control, named("head"), "worker box-b").is_ok());
-  auto st = status_of(w, secret);
+  // A request answered on this connection: the worker has registered it for events by then (its
+  // session thread does so before reading requests).
+  ASSERT_TRUE(link::write_json(control.get(), {{"id", 1}, {"op", "status"}}, link::deadline_in(link::Millis(5000))).is_ok());
+  link::LineReader reader(control.get());
+  auto st = reader.read_json(link::deadline_in(link::Millis(10000)));
   ASSERT_TRUE(st.is_ok()) << st.status().message();
-  const int pid = st.value()["rpc_server"]["pid"];
+  const int pid = st.value()["result"]["rpc_server"]["pid"];
   ASSERT_GT(pid, 0);
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  link::LineReader reader(control.get());
   auto event = reader.read_json(link::deadline_in(link::Millis(10000)));
   ASSERT_TRUE(event.is_ok()) << event.status().message();
   EXPECT_EQ(event.value()["event"], "rpc_server_exited");
