@@ -50,6 +50,21 @@ inline CommandResult run_tandem(const std::string& args, const std::string& scra
   return r;
 }
 
+// What a head needs before it starts, written in `dir` by the CLI: a cluster secret, the tiny
+// model and an API key named `key_name`.
+struct ClusterFiles {
+  std::string secret, model, key;
+};
+inline ClusterFiles make_cluster_files(const ScratchDir& dir, const std::string& key_name) {
+  ClusterFiles f{dir.file("cluster.key"), dir.file("tiny.gguf"), ""};
+  EXPECT_EQ(run_tandem("secret new -o " + f.secret, dir.file("")).exit_code, 0);
+  EXPECT_EQ(run_tandem("synth --preset tiny -o " + f.model, dir.file("")).exit_code, 0);
+  auto k = run_tandem("keys --db " + dir.file("keys.db") + " create --name " + key_name, dir.file(""));
+  EXPECT_EQ(k.exit_code, 0) << k.err;
+  f.key = k.out.substr(0, k.out.find('\n'));
+  return f;
+}
+
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out << bytes;

@@ -66,13 +66,10 @@ bool FaultCluster::supported(std::string* why) {
 }
 
 FaultCluster::FaultCluster(const ScratchDir& dir, FaultClusterOptions options) : dir_(dir), options_(std::move(options)) {
-  secret_ = dir.file("cluster.key");
-  model_ = dir.file("tiny.gguf");
-  EXPECT_EQ(run_tandem("secret new -o " + secret_, dir.file("")).exit_code, 0);
-  EXPECT_EQ(run_tandem("synth --preset tiny -o " + model_, dir.file("")).exit_code, 0);
-  auto k = run_tandem("keys --db " + dir.file("keys.db") + " create --name faults", dir.file(""));
-  EXPECT_EQ(k.exit_code, 0) << k.err;
-  key_ = k.out.substr(0, k.out.find('\n'));
+  ClusterFiles files = make_cluster_files(dir, "faults");
+  secret_ = files.secret;
+  model_ = files.model;
+  key_ = files.key;
   EXPECT_TRUE(link_.throttle(options_.throttle)) << "tc qdisc tbf failed";
   worker_port_ = free_port();
   start_worker();

@@ -11,13 +11,10 @@
 namespace tandem::testing {
 
 LocalCluster::LocalCluster(const ScratchDir& dir, int workers, const std::vector<std::string>& extra) : dir_(dir) {
-  secret_ = dir.file("cluster.key");
-  model_ = dir.file("tiny.gguf");
-  EXPECT_EQ(run_tandem("secret new -o " + secret_, dir.file("")).exit_code, 0);
-  EXPECT_EQ(run_tandem("synth --preset tiny -o " + model_, dir.file("")).exit_code, 0);
-  auto k = run_tandem("keys --db " + dir.file("keys.db") + " create --name test", dir.file(""));
-  EXPECT_EQ(k.exit_code, 0) << k.err;
-  key_ = k.out.substr(0, k.out.find('\n'));
+  ClusterFiles files = make_cluster_files(dir, "test");
+  secret_ = files.secret;
+  model_ = files.model;
+  key_ = files.key;
   for (int i = 0; i < workers; ++i) {
     worker_ports_.push_back(free_port());
     workers_.emplace_back();
