@@ -32,6 +32,11 @@ if(TANDEM_CUDA)
   set(_cuda_flag ON)
 endif()
 set(_build_args ${LLAMA_SOURCE_DIR} --cuda ${_cuda_flag} --cuda-arch "${CMAKE_CUDA_ARCHITECTURES}")
+# The build folder's key comes from these scripts' output: configure again when they change, or an
+# existing build tree would keep linking the llama.cpp build of the old options.
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+  ${PROJECT_SOURCE_DIR}/scripts/build-llama.sh ${PROJECT_SOURCE_DIR}/scripts/cpu-features.sh
+  ${PROJECT_SOURCE_DIR}/scripts/cpu-probe.c)
 execute_process(
   COMMAND ${PROJECT_SOURCE_DIR}/scripts/build-llama.sh ${_build_args} --configure-only
   OUTPUT_VARIABLE LLAMA_BUILD_DIR OUTPUT_STRIP_TRAILING_WHITESPACE

@@ -3,7 +3,8 @@
 #
 # llama.cpp's GGML_NATIVE trusts cpuid; on hosts whose cpuid reports AMX that faults, the CPU
 # backend then crashes as soon as an IQ4_XS model loads. So each advertised feature is run once
-# by scripts/cpu-probe.c in its own process, and only features that ran are enabled.
+# by scripts/cpu-probe.c in its own process, and only features that ran are enabled (AMX: never,
+# see below).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 case "$(uname -m)" in
@@ -38,5 +39,9 @@ enable "avx512_vbmi" avx512_vbmi GGML_AVX512_VBMI
 enable "avx512_vnni" avx512_vnni GGML_AVX512_VNNI
 enable "avx512_bf16" avx512_bf16 GGML_AVX512_BF16
 enable "avx_vnni" avx_vnni GGML_AVX_VNNI
-enable "amx_tile amx_int8" amx GGML_AMX_TILE GGML_AMX_INT8
+# AMX stays off even where its probe runs: on a Xeon VM whose cpuid reports AMX and where
+# cpu-probe.c's AMX test passes (tile permission, config, multiply, in several threads), ggml's
+# AMX matrix multiply still died with SIGILL (`tilezero` in ggml_backend_amx_mul_mat) on the first
+# CPU decode. It speeds up only some quantised types on server CPUs; a crash costs far more.
+out+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF"
 echo "$out"
