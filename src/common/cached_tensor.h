@@ -5,9 +5,10 @@
 // hashes on the head, in one thread, while the load waits: ~1 GB/s, the largest part of a seeded
 // load. tandem's engine instead hashes the worker's share of the model file ahead of time in
 // parallel and, for each weight the worker lists in its cache, sends a plain SET_TENSOR whose data
-// is a 32-byte marker (below). The worker's splice (worker/rpc_splice.h) turns it into
-// SET_TENSOR_HASH for its RPC server and keeps the answer to itself, so the head never waits.
-// The marker means nothing to a stock RPC server: only a tandem worker may receive one.
+// is a 32-byte marker (below), which needs no answer, so the head never waits. The worker's splice
+// (worker/rpc_splice.h) checks that its cache holds the weight; its RPC child, handed the marker
+// as the weight's data, loads the weight from the cache (worker/cache_loader.h). The marker means
+// nothing to a stock RPC server: only a tandem worker may receive one.
 #pragma once
 
 #include <array>

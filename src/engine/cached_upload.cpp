@@ -1,6 +1,5 @@
 #include "engine/cached_upload.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -17,6 +16,7 @@
 #include <thread>
 
 #include "common/cached_tensor.h"
+#include "common/tensor_set_hook.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "plan/model_info.h"
@@ -69,14 +69,6 @@ struct Uploads {
 
 std::mutex g_mutex;                    // guards g_uploads' lifetime
 std::unique_ptr<Uploads> g_uploads;
-std::atomic<bool> g_active{false};
-
-using SetFn = void (*)(ggml_tensor*, const void*, size_t, size_t);
-
-SetFn real_set() {
-  static SetFn fn = reinterpret_cast<SetFn>(::dlsym(RTLD_NEXT, "ggml_backend_tensor_set"));
-  return fn;
-}
 
 // "RPC0[127.0.0.1:7071]" -> "127.0.0.1:7071"; "" for any other buffer type.
 std::string rpc_endpoint(const char* buft_name) {
@@ -86,7 +78,7 @@ std::string rpc_endpoint(const char* buft_name) {
   return close != nullptr ? std::string(open + 1, close) : "";
 }
 
-// True when the weight went as a marker. Called only while g_active.
+// The tensor-set hook while a load runs: true when the weight went as a marker.
 bool try_marker(ggml_tensor* t, const void* data, size_t offset, size_t size) {
   if (offset != 0 || size <= kSeedThreshold || size != ggml_nbytes(t) || t->buffer == nullptr) return false;
   if (ggml_backend_buffer_get_usage(t->buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) return false;
@@ -118,7 +110,7 @@ bool try_marker(ggml_tensor* t, const void* data, size_t offset, size_t size) {
     return false;
   }
   const auto marker = encode_cached_marker({hash, size});
-  real_set()(t, marker.data(), 0, marker.size());
+  real_tensor_set()(t, marker.data(), 0, marker.size());
   std::lock_guard<std::mutex> lock(u->mutex);
   ++u->stats.markers;
   u->stats.marker_bytes += size;
@@ -165,7 +157,7 @@ Status start_cached_uploads(const CachedUploadPlan& plan) {
     u->jobs[t->name] = Job{m.base + t->file_offset, t->bytes, std::nullopt};
     u->order.push_back(t->name);
   }
-  if (real_set() == nullptr) return Status::internal("ggml_backend_tensor_set not found next to the interposer");
+  if (!tensor_set_interposed()) return Status::internal("this tandem-engine does not interpose ggml_backend_tensor_set (a build problem)");
   unsigned n = plan.threads > 0 ? static_cast<unsigned>(plan.threads) : std::clamp(std::thread::hardware_concurrency() / 2, 1u, 16u);
   n = std::min<unsigned>(n, static_cast<unsigned>(std::max<size_t>(u->order.size(), 1)));
   u->t0 = u->t1 = std::chrono::steady_clock::now();
@@ -173,12 +165,12 @@ Status start_cached_uploads(const CachedUploadPlan& plan) {
   for (unsigned i = 0; i < n; ++i) u->pool.emplace_back([raw] { raw->work(); });
   std::lock_guard<std::mutex> life(g_mutex);
   g_uploads = std::move(u);
-  g_active = true;
+  set_tensor_set_hook(&try_marker);
   return Status::ok();
 }
 
 CachedUploadStats finish_cached_uploads() {
-  g_active = false;
+  set_tensor_set_hook(nullptr);
   std::unique_ptr<Uploads> u;
   {
     std::lock_guard<std::mutex> life(g_mutex);
@@ -194,11 +186,3 @@ CachedUploadStats finish_cached_uploads() {
 }
 
 }  // namespace tandem::engine
-
-// The interposer: libllama resolves this symbol to the executable's definition first (see the
-// header). Outside a load with cached uploads it only forwards.
-extern "C" void ggml_backend_tensor_set(struct ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
-  using namespace tandem::engine;
-  if (g_active.load(std::memory_order_relaxed) && try_marker(tensor, data, offset, size)) return;
-  real_set()(tensor, data, offset, size);
-}

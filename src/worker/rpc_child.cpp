@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "worker/cache_loader.h"
 #include "worker/rpc_server.h"
 
 extern char** environ;
@@ -39,6 +40,9 @@ namespace {
 constexpr uint16_t kNamespacePort = 50052;
 
 std::string describe_exit(int st) {
+  if (WIFEXITED(st) && WEXITSTATUS(st) == kCacheLoadFailedExit) {
+    return "stopped because a cached weight could not be loaded (its log line says which and why)";
+  }
   if (WIFEXITED(st)) return "exited with status " + std::to_string(WEXITSTATUS(st));
   if (WIFSIGNALED(st)) return std::string("killed by signal ") + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
   return "ended";

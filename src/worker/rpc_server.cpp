@@ -13,6 +13,8 @@
 
 #include "common/cpu_cores.h"
 #include "common/log.h"
+#include "common/units.h"
+#include "worker/cache_loader.h"
 
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
@@ -82,12 +84,12 @@ void relay_output_as_records() {
   }).detach();
 }
 
-// ggml's RPC server reads every weight it is sent or loads from its cache into a fresh
-// std::vector. glibc maps blocks that large anew for each allocation and unmaps them when freed,
-// so each weight first costs a page fault per 4 KiB: reading cache files into vectors ran at
-// 0.36-0.88 GB/s that way on a 2-core VM, 1.5-2.4 GB/s with large blocks kept in the heap. Kept
-// blocks are reused from one weight to the next; a session's freed memory goes back to the system
-// when the worker signals the session's end (the planner reads the worker's free memory).
+// ggml's RPC server reads every weight it is sent into a fresh std::vector. glibc maps blocks that
+// large anew for each allocation and unmaps them when freed, so each weight first costs a page
+// fault per 4 KiB (reading files into vectors ran at 0.36-0.88 GB/s that way on a 2-core VM,
+// 1.5-2.4 GB/s with large blocks kept in the heap). Kept blocks are reused from one weight to the
+// next; a session's freed memory goes back to the system when the worker signals the session's
+// end (the planner reads the worker's free memory), as do the cache loader's staging buffers.
 std::atomic<bool> release_requested{false};
 
 void on_release_signal(int) { release_requested = true; }
@@ -102,7 +104,16 @@ void keep_large_blocks_in_heap() {
   std::thread([] {
     for (;;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      if (release_requested.exchange(false)) ::malloc_trim(0);
+      if (!release_requested.exchange(false)) continue;
+      release_cache_loader();
+      ::malloc_trim(0);
+      const CacheLoaderStats st = take_cache_loader_stats();
+      if (st.weights == 0) continue;
+      char line[160];
+      std::snprintf(line, sizeof line, "loaded %llu cached weights (%s) in %.2f s (%.2f GB/s)",
+                    static_cast<unsigned long long>(st.weights), format_bytes(st.bytes).c_str(), st.seconds,
+                    st.seconds > 0 ? static_cast<double>(st.bytes) / st.seconds / 1e9 : 0.0);
+      log::info("rpc-server", line);
     }
   }).detach();
 }
@@ -127,6 +138,9 @@ Status run_rpc_server(const RpcServerOptions& o) {
     std::filesystem::create_directories(o.cache_dir, ec);
     if (ec) return Status::invalid_argument("cache folder " + o.cache_dir + ": " + ec.message());
     cache = o.cache_dir.c_str();
+    CacheLoaderOptions lo;
+    lo.cache_dir = o.cache_dir;
+    TANDEM_RETURN_IF_ERROR(install_cache_loader(lo));
   }
   if (log::format() == log::Format::json) relay_output_as_records();
   const size_t threads = o.threads > 0 ? static_cast<size_t>(o.threads) : static_cast<size_t>(physical_cores());

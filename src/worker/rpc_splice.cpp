@@ -17,7 +17,6 @@ namespace {
 
 // ggml-rpc's command numbers (ggml/src/ggml-rpc/ggml-rpc.cpp of the pinned release).
 constexpr uint8_t kCmdSetTensor = 6;
-constexpr uint8_t kCmdSetTensorHash = 7;
 constexpr uint8_t kCmdGraphCompute = 10;
 constexpr uint8_t kCmdGraphRecompute = 16;
 // A SET_TENSOR payload is rpc_tensor | cache_flag (1) | offset (8) | data; a marker's data is
@@ -69,33 +68,22 @@ class Session {
     ::shutdown(server_, SHUT_RDWR);
   }
 
-  // A complete small SET_TENSOR frame: a marker becomes SET_TENSOR_HASH, anything else passes.
+  // A complete small SET_TENSOR frame. A marker passes unchanged (the RPC child loads it from the
+  // cache: worker/cache_loader.h) once the cache is known to hold its weight; without that check
+  // the child would stop, which is a much slower way to fail the head's load.
   bool small_set_tensor(const std::vector<uint8_t>& frame) {
     const size_t payload = frame.size() - 9;
     const uint8_t* p = frame.data() + 9;
     if (payload > kMarkerTail) {
       const size_t tensor_size = payload - kMarkerTail;
       if (auto m = parse_cached_marker(p + tensor_size + 9, kCachedMarkerSize)) {
-        uint64_t offset = get_u64(p + tensor_size + 1);
         if (std::string why = check_cache(*m); !why.empty()) {
           fail(why);
           return false;
         }
-        // SET_TENSOR_HASH request: rpc_tensor | offset (u64) | hash (u64).
-        std::vector<uint8_t> req(9 + tensor_size + 16);
-        const uint64_t size = tensor_size + 16;
-        req[0] = kCmdSetTensorHash;
-        std::memcpy(req.data() + 1, &size, 8);
-        std::memcpy(req.data() + 9, p, tensor_size);
-        std::memcpy(req.data() + 9 + tensor_size, &offset, 8);
-        std::memcpy(req.data() + 9 + tensor_size + 8, &m->hash, 8);
-        pending_.fetch_add(1);  // before the request leaves, so its answer is always recognised
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          ++result_.cached_loads;
-          result_.cached_bytes += m->bytes;
-        }
-        return send_all(server_, req.data(), req.size());
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++result_.cached_loads;
+        result_.cached_bytes += m->bytes;
       }
     }
     return send_all(server_, frame.data(), frame.size());
@@ -161,52 +149,18 @@ class Session {
 
   void server_to_head() {
     std::vector<uint8_t> buf(kBuffer);
-    uint8_t hdr[8];
-    size_t hdr_len = 0;
-    uint64_t left = 0;       // payload bytes of the current answer still to come
-    bool mine = false;       // the current answer is to one of our SET_TENSOR_HASH requests
-    uint8_t verdict = 0;     // its first payload byte: 1 = found in the cache
     for (;;) {
       const ssize_t r = ::recv(server_, buf.data(), buf.size(), 0);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) break;
-      const uint8_t* p = buf.data();
-      size_t n = static_cast<size_t>(r);
-      while (n > 0) {
-        if (left == 0) {
-          const size_t k = std::min(sizeof hdr - hdr_len, n);
-          std::memcpy(hdr + hdr_len, p, k);
-          hdr_len += k, p += k, n -= k;
-          if (hdr_len < sizeof hdr) continue;
-          hdr_len = 0;
-          left = get_u64(hdr);
-          mine = pending_.load() > 0;
-          if (mine) {
-            pending_.fetch_sub(1);
-            if (left != 1) return fail("the RPC server answered a cached-weight request with " + std::to_string(left) + " bytes, not 1");
-          } else {
-            if (!send_all(head_, hdr, sizeof hdr)) return cut();
-            if (o_.to_head != nullptr) o_.to_head->fetch_add(sizeof hdr, std::memory_order_relaxed);
-          }
-          continue;
-        }
-        const size_t k = static_cast<size_t>(std::min<uint64_t>(left, n));
-        if (mine) {
-          verdict = p[0];
-          if (verdict != 1) return fail("the RPC server could not load a cached weight (is its cache folder " + o_.cache_dir + "?)");
-        } else {
-          if (!send_all(head_, p, k)) return cut();
-          if (o_.to_head != nullptr) o_.to_head->fetch_add(k, std::memory_order_relaxed);
-        }
-        left -= k, p += k, n -= k;
-      }
+      if (!send_all(head_, buf.data(), static_cast<size_t>(r))) break;
+      if (o_.to_head != nullptr) o_.to_head->fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
     }
     cut();
   }
 
   const int head_, server_;
   const RpcSpliceOptions& o_;
-  std::atomic<int> pending_{0};  // our requests whose answers are still to come
   uint64_t graph_computes_ = 0, graph_recomputes_ = 0;  // head_to_server's thread only
   std::mutex mutex_;
   RpcSpliceResult result_;

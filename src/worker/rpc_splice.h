@@ -1,12 +1,11 @@
 // The worker's half of an `rpc` session: copies ggml RPC traffic between the head's link
-// connection and the local RPC server, as link::splice does, but frame by frame, so that it can
-// serve the engine's cached-weight markers (common/cached_tensor.h): each becomes a
-// SET_TENSOR_HASH request to the RPC server, whose answer the splice reads and keeps. The head
-// therefore never waits for the worker's cache reads, and the link carries 32 bytes per weight.
+// connection and the local RPC server, as link::splice does, but reading the head's requests frame
+// by frame, so that it can check the engine's cached-weight markers (common/cached_tensor.h)
+// against the cache before the RPC child loads them (worker/cache_loader.h), and count what the
+// session did. The link carries 32 bytes per cached weight.
 //
-// Framing (ggml RPC as pinned): a request is cmd (1 byte), size (u64), payload; an answer is size
-// (u64), payload. The client waits for each answer before its next request, so answers arrive in
-// request order and the splice knows which ones are its own.
+// Framing (ggml RPC as pinned): a request is cmd (1 byte), size (u64), payload; answers pass
+// through untouched.
 #pragma once
 
 #include <atomic>
@@ -22,7 +21,7 @@ struct RpcSpliceOptions {
 };
 
 struct RpcSpliceResult {
-  uint64_t cached_loads = 0;  // markers served from the cache
+  uint64_t cached_loads = 0;  // markers passed to the RPC server to load from the cache
   uint64_t cached_bytes = 0;  // weight bytes they stood for
   // Graph requests from the head: a full graph, or "run the last graph again". A decode that
   // keeps sending whole graphs defeats the worker's CUDA graphs (its nodes are new every time).

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <regex>
 
 #include "common/cached_tensor.h"
 #include "engine/generate.h"
@@ -134,6 +135,19 @@ engine::GenerateOptions big_options(const std::string& model) {
   return g;
 }
 
+// The sum of the RPC child's "loaded N cached weights" reports, once it reaches 6 or after 10 s.
+int reported_cached_loads(const WorkerProcess& w) {
+  static const std::regex report("loaded ([0-9]+) cached weights");
+  int sum = 0;
+  for (int i = 0; i < 200 && sum < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string log = w.log();
+    sum = 0;
+    for (std::sregex_iterator it(log.begin(), log.end(), report), end; it != end; ++it) sum += std::stoi((*it)[1]);
+  }
+  return sum;
+}
+
 // The engine's cached uploads: the worker's weights go as markers the worker serves from its
 // cache, the link carries almost nothing, and the model computes exactly what one process does.
 TEST(Seed, ListedWeightsLoadFromTheWorkersCacheAndGiveTheTokensOfOneProcess) {
@@ -166,6 +180,10 @@ TEST(Seed, ListedWeightsLoadFromTheWorkersCacheAndGiveTheTokensOfOneProcess) {
   // 3 expert matrices and the output head (ggml would hash those too) and attention Q and O of
   // layer 1, which ggml would send whole.
   EXPECT_TRUE(w.wait_log("6 weights")) << w.log();
+  // ... and its RPC child, which loaded them (worker/cache_loader.h), says so when the worker
+  // signals a session's end. The short sessions before the load also send that signal, so a
+  // report can come in the middle of the load: the reports add up to the 6 weights.
+  EXPECT_EQ(reported_cached_loads(w), 6) << w.log();
 }
 
 // A listing that no longer matches the cache (entries removed after the head read it) fails the
