@@ -13,7 +13,9 @@
 # SPLIT_MODE (cpu: the head keeps its half on the CPU; gpu: half on CUDA0), BANDWIDTH (bytes/s of
 # the device, for the physical limit; default 4.8e12, an H200), TANDEM_SERVE_ARGS (extra `tandem
 # serve` flags), SKIP_COLD (skip the cold load; the worker's cache is then seeded from empty),
-# SPLIT_THREADS (CPU threads of each side of a split; default half the cores).
+# SPLIT_THREADS (CPU threads of each side of a split; default half the cores), CONFIGS (which
+# configurations, default all four), LOAD_ONLY (start each configuration and print its load time,
+# no measurement and no results folder: for working on the load).
 # tandem-split's worker keeps a weight cache: round 1 first starts it with the cache empty
 # ("tandem-cold": load time and link bytes only), then seeds it (`tandem worker seed`), and every
 # tandem-split start is seeded.
@@ -110,9 +112,18 @@ for round in $(seq "$rounds"); do
     # copy adds the rest above tandem's 1 MiB, as docs/worker.md has users do.
     "$tandem" worker seed -m "$model" --cache-dir "$work/worker-cache" --layers "$worker_layers" >&2
   fi
-  for name in single stock-split stock-split-graphs tandem-split; do
+  for name in ${CONFIGS:-single stock-split stock-split-graphs tandem-split}; do
     echo "compare: round $round: $name" >&2
     start_config "$name"
+    if [ -n "${LOAD_ONLY:-}" ]; then
+      echo "compare: $name loaded in $load_s s, $link_bytes link bytes" >&2
+      last=$((${#pids[@]} - 1))
+      kill "${pids[$last]}" 2>/dev/null; wait "${pids[$last]}" 2>/dev/null; unset "pids[$last]"
+      sleep 1.5  # the worker's lines on the session come once its head has gone
+      grep -h -E "loaded from the workers|cached weights|session ended" "$work/$name"*.log >&2 || true
+      stop_all
+      continue
+    fi
     "$tandem" bench --json --url "$url" --key "$key" --model bench ${BENCH_ARGS:-} > "$work/bench.json"
     python3 -c "import json,sys; b=json.load(open('$work/bench.json')); print(json.dumps({'config':'$name','round':$round,'load_s':$load_s,'link_bytes':$link_bytes,'bench':b}))" >> "$results"
     [ "$round" = 1 ] && for f in "$work/$name"*.log; do cp "$f" "$out/"; done
@@ -120,6 +131,7 @@ for round in $(seq "$rounds"); do
   done
 done
 
+[ -n "${LOAD_ONLY:-}" ] && exit 0
 "$tandem" inspect --json "$model" > "$work/model.json"
-python3 "$here/bench/report.py" "$results" "$work/model.json" "$out" "$(git -C "$here" rev-parse HEAD)" "$machine"
+python3 "$here/bench/report.py" "$results" "$work/model.json" "$out" "$(git -C "$here" describe --always --abbrev=40 --dirty)" "$machine"
 echo "compare: results in $out" >&2

@@ -4,6 +4,7 @@
 #   bench/device-compare.sh model     writes the m3-proxy model to /tmp (tandem synth), ~75 s
 #   bench/device-compare.sh compare [ROUNDS]   bench/compare.sh with SPLIT_MODE=gpu
 #   bench/device-compare.sh diag [LAYERS]      bench/device-diag.sh: where a split loses decode, ~3 min
+#   bench/device-compare.sh load               load times only: single and a seeded tandem-split
 # Results and logs go to $OUT (the device tool's output folder) as well as bench/results/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,7 +15,7 @@ export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_
 export TANDEM_CACHE=/tmp/tandem-cache
 model=/tmp/m3-proxy.gguf
 export OUT=$out
-case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]}" in
+case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load}" in
   build)
     "$root/scripts/device-build.sh" tandem tandem-engine 2>&1 | tail -5
     ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
@@ -26,6 +27,9 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]}"
     lscpu | grep -E 'Model name|^CPU\(s\)' >> "$out/gpu.txt"
     MACHINE=${MACHINE:-h200} SPLIT_MODE=gpu "$root/bench/compare.sh" "$root/build-cuda" "$model" "${2:-1}"
     cp -r "$root"/bench/results/*-"${MACHINE:-h200}" "$out/" ;;
+  load)
+    SKIP_COLD=1 LOAD_ONLY=1 CONFIGS="single tandem-split tandem-split" SPLIT_MODE=gpu \
+      "$root/bench/compare.sh" "$root/build-cuda" "$model" 1 2>&1 | tee "$out/load.txt" ;;
   diag)
     "$root/bench/device-diag.sh" "${2:-12}" 2>&1 | tee "$out/diag.txt" ;;
 esac

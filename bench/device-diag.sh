@@ -27,7 +27,7 @@ trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done' EXIT
 GGML_CUDA_DISABLE_GRAPHS=1 "$bin/ggml-rpc-server" -H 127.0.0.1 -p 50062 >"$out/rpc-nographs.log" 2>&1 & pids+=($!)
 "$build/tandem" secret new -o "$out/cluster.key" >/dev/null
 "$build/tandem" worker --listen 127.0.0.1:50070 --secret-file "$out/cluster.key" --name w \
-  --cache-dir "$out/worker-cache" >"$out/worker.log" 2>&1 & pids+=($!)
+  --cache-dir /tmp/diag-worker-cache >"$out/worker.log" 2>&1 & pids+=($!)
 sleep 2
 "$build/tandem" link forward --to 127.0.0.1:50070 --secret-file "$out/cluster.key" --listen 127.0.0.1:50071 \
   >"$out/forward.log" 2>&1 & pids+=($!)
