@@ -181,6 +181,9 @@ bool load_marker(ggml_tensor* tensor, const void* data, size_t offset, size_t si
                                "; the RPC server stops so that the head's load fails rather than compute with an unfilled "
                                "weight (the worker restarts it)");
   std::fflush(nullptr);
+  // With JSON logs a thread of this process relays stderr through a pipe (worker/rpc_server.cpp):
+  // give it the moment it needs to pass the reason on.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ::_exit(kCacheLoadFailedExit);
 }
 

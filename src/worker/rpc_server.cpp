@@ -76,8 +76,11 @@ void relay_output_as_records() {
       pending.append(buf, static_cast<size_t>(n));
       for (size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) {
         if (nl == 0) continue;
-        const std::string rec = log::render(log::Format::json, log::timestamp_now(), log::Level::info, "rpc-server",
-                                            pending.substr(0, nl), {}) + "\n";
+        // The child's own log lines (the cache loader's) are records already.
+        const std::string rec = pending.compare(0, 2, "{\"") == 0
+                                    ? pending.substr(0, nl + 1)
+                                    : log::render(log::Format::json, log::timestamp_now(), log::Level::info, "rpc-server",
+                                                  pending.substr(0, nl), {}) + "\n";
         (void)!::write(original, rec.data(), rec.size());
       }
     }
