@@ -22,7 +22,8 @@ struct EngineFlags {
   engine::EngineConfig serve;
   std::string rpc, split;
   std::vector<std::string> worker_caches;
-  bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false;
+  bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false,
+       sync_rpc_writes = false;
   int verbose = 0;
 };
 
@@ -32,6 +33,7 @@ engine::Placement placement(const EngineFlags& f) {
   p.cpu_weight_repack = !f.no_repack;
   p.output_on_head = !f.output_last;
   p.workers_first = f.workers_first;
+  p.async_rpc_writes = !f.sync_rpc_writes;
   for (const std::string& w : f.worker_caches) {
     const size_t eq = w.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == w.size()) fail("--worker-cache: expected HOST:PORT=FILE, got '" + w + "'", 2);
@@ -111,6 +113,9 @@ void register_engine(CLI::App& app) {
   cmd->add_flag("--output-with-last-device", f.output_last,
                "Put the output head with the last device as llama.cpp does (default with local GPUs and RPC servers: on the last local GPU)");
   cmd->add_flag("--no-cpu-repack", f.no_repack, "Keep CPU weights in file layout (bit-identical to a CPU split through RPC servers)");
+  cmd->add_flag("--sync-rpc-writes", f.sync_rpc_writes,
+                "Write each step's inputs to RPC servers one at a time, waiting on each, as ggml's client does "
+                "(default: queued without waiting; this is for measuring the difference)");
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine (GGML_CUDA_DISABLE_GRAPHS=1)");
   cmd->add_flag("--json", f.json, "--prompt: print the result as JSON (text, tokens, timings)");
   cmd->add_flag("-v,--verbose", f.verbose, "Show libllama's log (-v warnings, -vv everything)");

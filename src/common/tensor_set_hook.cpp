@@ -3,15 +3,37 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <mutex>
 
 extern "C" void ggml_backend_tensor_set(struct ggml_tensor* tensor, const void* data, size_t offset, size_t size);
 
 namespace tandem {
 namespace {
-std::atomic<TensorSetHook> g_hook{nullptr};
+constexpr int kSlots = 4;
+std::atomic<TensorSetHook> g_hooks[kSlots];
+std::mutex g_edit;  // serialises edits; calls read the slots without it
 }  // namespace
 
-void set_tensor_set_hook(TensorSetHook hook) { g_hook.store(hook); }
+bool add_tensor_set_hook(TensorSetHook hook) {
+  std::lock_guard<std::mutex> lock(g_edit);
+  for (auto& h : g_hooks) {
+    if (h.load() == hook) return false;
+  }
+  for (auto& h : g_hooks) {
+    if (h.load() == nullptr) {
+      h.store(hook);
+      return true;
+    }
+  }
+  return false;
+}
+
+void remove_tensor_set_hook(TensorSetHook hook) {
+  std::lock_guard<std::mutex> lock(g_edit);
+  for (auto& h : g_hooks) {
+    if (h.load() == hook) h.store(nullptr);
+  }
+}
 
 TensorSetFn real_tensor_set() {
   static TensorSetFn fn = reinterpret_cast<TensorSetFn>(::dlsym(RTLD_NEXT, "ggml_backend_tensor_set"));
@@ -25,9 +47,11 @@ bool tensor_set_interposed() {
 
 }  // namespace tandem
 
-// Outside a hook's work it only forwards: one relaxed load per call.
+// With no hook it only forwards: four relaxed loads per call.
 extern "C" void ggml_backend_tensor_set(struct ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
-  const tandem::TensorSetHook hook = tandem::g_hook.load(std::memory_order_relaxed);
-  if (hook != nullptr && hook(tensor, data, offset, size)) return;
+  for (auto& h : tandem::g_hooks) {
+    const tandem::TensorSetHook hook = h.load(std::memory_order_relaxed);
+    if (hook != nullptr && hook(tensor, data, offset, size)) return;
+  }
   tandem::real_tensor_set()(tensor, data, offset, size);
 }

@@ -165,12 +165,12 @@ Status start_cached_uploads(const CachedUploadPlan& plan) {
   for (unsigned i = 0; i < n; ++i) u->pool.emplace_back([raw] { raw->work(); });
   std::lock_guard<std::mutex> life(g_mutex);
   g_uploads = std::move(u);
-  set_tensor_set_hook(&try_marker);
+  add_tensor_set_hook(&try_marker);
   return Status::ok();
 }
 
 CachedUploadStats finish_cached_uploads() {
-  set_tensor_set_hook(nullptr);
+  remove_tensor_set_hook(&try_marker);
   std::unique_ptr<Uploads> u;
   {
     std::lock_guard<std::mutex> life(g_mutex);

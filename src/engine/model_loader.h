@@ -39,6 +39,9 @@ struct Placement {
   // those are loaded from the worker's cache without hashing on the load's path. Only for
   // endpoints that reach a tandem worker, and only with an explicit `device_layers`.
   std::map<std::string, std::string> cache_listings;
+  // Writes into the RPC servers' compute buffers (each step's inputs) go without waiting on each
+  // one (engine/rpc_writes.h). Off only to measure what that saves.
+  bool async_rpc_writes = true;
 };
 
 struct LoadOptions {

@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "engine/rpc_writes.h"
 #include "engine/unix_socket.h"
 #include "plan/model_info.h"
 
@@ -129,6 +130,7 @@ class Server {
   Clock::time_point load_start_;            // guarded by mutex_
   double last_broadcast_fraction_ = -1;     // guarded by mutex_
   ModelPtr model_;                          // written once by the loader, before scheduler_
+  std::unique_ptr<AsyncRpcWrites> rpc_writes_;  // with RPC servers; written by the loader, outlives scheduler_
   std::unique_ptr<Scheduler> scheduler_;    // guarded by mutex_; set once, reset only after the readers are joined
   std::vector<std::shared_ptr<Connection>> connections_;  // guarded by mutex_
 };
@@ -177,6 +179,9 @@ void Server::load() {
     return set_failed(describe_placement(config_, info.is_ok() ? info->tensor_bytes : 0) + " failed: " + model.status().message());
   }
   model_ = std::move(model.value());
+  if (!config_.load.placement.rpc_servers.empty() && config_.load.placement.async_rpc_writes) {
+    rpc_writes_ = std::make_unique<AsyncRpcWrites>();
+  }
   auto scheduler = Scheduler::create(model_.get(), config_.scheduler);
   if (!scheduler.is_ok()) return set_failed(scheduler.status().message());
   {

@@ -1,0 +1,37 @@
+// Writes into a worker's compute buffers without waiting on each one.
+//
+// Every decode step, ggml's scheduler copies the step's inputs into each RPC server's compute
+// buffer (token embeddings or the hidden state, positions, masks, and for MiniMax-M3's sparse
+// attention three small inputs once per layer: ~100 writes per token for 30 layers). ggml's RPC
+// client makes each such `ggml_backend_tensor_set` wait until its dispatcher thread has written
+// it to the socket, two thread hand-offs per write; its asynchronous path queues the same bytes
+// on the same connection, in the same order, and returns. While an `AsyncRpcWrites` lives, the
+// engine's tensor-set interposer (common/tensor_set_hook.h) sends writes into RPC buffers that do
+// not hold weights through that asynchronous path. The data is copied when queued, so callers may
+// reuse it at once, and everything later on that connection (the graph, reading results) still
+// comes after it.
+#pragma once
+
+#include <memory>
+
+namespace tandem::engine {
+
+class AsyncRpcWrites {
+ public:
+  // Installs the interposer's hook; at most one lives at a time (a second one installs nothing).
+  AsyncRpcWrites();
+  // Uninstalls it and frees the backend handles it opened on the RPC connections.
+  ~AsyncRpcWrites();
+  AsyncRpcWrites(const AsyncRpcWrites&) = delete;
+  AsyncRpcWrites& operator=(const AsyncRpcWrites&) = delete;
+
+  // False when another one was live, or this build does not interpose ggml_backend_tensor_set.
+  bool active() const { return active_; }
+  // Writes that took the asynchronous path so far (all instances, for tests and diagnostics).
+  static unsigned long long writes();
+
+ private:
+  bool active_ = false;
+};
+
+}  // namespace tandem::engine
