@@ -17,7 +17,7 @@ namespace {
 struct WorkerFlags {
   std::string listen, secret_file, devices, cache_dir, cache_max, name;
   int threads = 0, handshake_ms = 5000;
-  bool no_graphs = false, no_netns = false;
+  bool no_graphs = false, no_netns = false, sync_writes = false;
 };
 
 void run_worker_command(const WorkerFlags& f) {
@@ -33,6 +33,7 @@ void run_worker_command(const WorkerFlags& f) {
   o.rpc.cache_dir = f.cache_dir;
   o.rpc.threads = f.threads;
   o.rpc.cuda_graphs = !f.no_graphs;
+  o.rpc.async_input_writes = !f.sync_writes;
   o.rpc.private_netns = !f.no_netns;
   if (!f.cache_max.empty()) {
     if (f.cache_dir.empty()) fail("--cache-max-size needs --cache-dir", 2);
@@ -117,6 +118,7 @@ void add_rpc_server(CLI::App* worker) {
   rpc->add_option("--device", o.devices);
   rpc->add_option("--cache-dir", o.cache_dir);
   rpc->add_option("--threads", o.threads);
+  rpc->add_flag("--sync-input-writes", [](int64_t) { o.async_input_writes = false; });
   add_log_format_option(rpc);
   rpc->callback([] {
     if (Status s = worker::run_rpc_server(o); !s.is_ok()) fail(s.message());
@@ -136,6 +138,9 @@ void register_worker(CLI::App& app) {
   cmd->add_option("--handshake-timeout-ms", f.handshake_ms, "Deadline of each handshake step")
       ->capture_default_str()->check(CLI::Range(100, 600000));
   cmd->add_flag("--no-cuda-graphs", f.no_graphs, "Run the RPC server with CUDA graphs off");
+  cmd->add_flag("--sync-input-writes", f.sync_writes,
+                "Let ggml write each step's inputs to the GPU one at a time, waiting on each (default: queued on a "
+                "stream of their own; this is for measuring the difference)");
   cmd->add_flag("--no-private-netns", f.no_netns, "Do not isolate the RPC server in a private network namespace");
   add_log_format_option(cmd);
   add_seed(cmd);

@@ -195,7 +195,7 @@ Status install_cache_loader(CacheLoaderOptions options) {
                             "weights (a build problem)");
   }
   g_loader = std::make_unique<CacheLoader>(std::move(options));
-  set_tensor_set_hook(&load_marker);
+  add_tensor_set_hook(&load_marker);
   return Status::ok();
 }
 

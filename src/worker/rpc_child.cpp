@@ -164,6 +164,7 @@ pid_t RpcChild::spawn() {
                                    "--threads", std::to_string(options_.threads)};
   for (const auto& d : options_.devices) args.insert(args.end(), {"--device", d});
   if (!options_.cache_dir.empty()) args.insert(args.end(), {"--cache-dir", options_.cache_dir});
+  if (!options_.async_input_writes) args.emplace_back("--sync-input-writes");
   if (log::format() == log::Format::json) args.insert(args.end(), {"--log-format", "json"});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "worker/cache_loader.h"
+#include "worker/input_writes.h"
 
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
@@ -145,6 +146,7 @@ Status run_rpc_server(const RpcServerOptions& o) {
     lo.cache_dir = o.cache_dir;
     TANDEM_RETURN_IF_ERROR(install_cache_loader(lo));
   }
+  if (o.async_input_writes) TANDEM_RETURN_IF_ERROR(install_input_writes());
   if (log::format() == log::Format::json) relay_output_as_records();
   const size_t threads = o.threads > 0 ? static_cast<size_t>(o.threads) : static_cast<size_t>(physical_cores());
   ggml_backend_rpc_start_server(o.endpoint.c_str(), cache, threads, devs->size(), devs->data());

@@ -340,7 +340,7 @@ nlohmann::json Worker::status() const {
   j["rpc_server"] = {{"state", child_state_name(child.state)}, {"pid", child.pid},
                      {"restarts", child.starts > 0 ? child.starts - 1 : 0}, {"last_exit", child.last_exit},
                      {"isolated", child.isolated}, {"isolation", child.isolation}, {"port", child.port},
-                     {"cuda_graphs", options_.rpc.cuda_graphs}};
+                     {"cuda_graphs", options_.rpc.cuda_graphs}, {"async_input_writes", options_.rpc.async_input_writes}};
   j["bytes"] = {{"from_head", bytes_from_head_.load()}, {"to_head", bytes_to_head_.load()}};
   j["connections"] = {{"accepted", accepted_.load()}, {"refused", refused_.load()}};
   const CacheStats cs = options_.rpc.cache_dir.empty() ? CacheStats{} : cache_stats(options_.rpc.cache_dir);

@@ -1,0 +1,172 @@
+#include "worker/input_writes.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/tensor_set_hook.h"
+#include "ggml-backend.h"
+#include "ggml.h"
+
+namespace tandem::worker {
+namespace {
+
+constexpr size_t kMaxWrite = size_t{1} << 20;
+constexpr size_t kArenaBytes = size_t{8} << 20;
+constexpr size_t kAlign = 256;
+
+// One per device buffer type: a backend of our own (its stream carries the queued copies) and
+// page-locked memory the copies read from (a copy from pageable memory would wait for the
+// stream first, which is the wait this exists to avoid).
+struct DeviceQueue {
+  ggml_backend_t backend = nullptr;  // nullptr: writes to this buffer type are not queued
+  ggml_backend_buffer_t arena = nullptr;
+  uint8_t* base = nullptr;
+  size_t used = 0;
+  bool pending = false;
+};
+
+// Recursive: freeing a buffer inside the lock passes through the free interposer below.
+std::recursive_mutex g_mutex;
+std::unordered_map<ggml_backend_buffer_type_t, DeviceQueue> g_queues;
+std::atomic<bool> g_pending{false};
+std::atomic<bool> g_installed{false};
+std::atomic<uint64_t> g_count{0};
+
+void flush_locked() {
+  for (auto& entry : g_queues) {
+    DeviceQueue& q = entry.second;
+    if (!q.pending) continue;
+    ggml_backend_synchronize(q.backend);
+    q.pending = false;
+    q.used = 0;
+  }
+  g_pending.store(false, std::memory_order_release);
+}
+
+DeviceQueue open_queue(ggml_backend_buffer_type_t buft) {
+  DeviceQueue q;
+  ggml_backend_dev_t dev = ggml_backend_buft_get_device(buft);
+  if (dev == nullptr || ggml_backend_dev_buffer_type(dev) != buft) return q;
+  const auto type = ggml_backend_dev_type(dev);
+  if (type != GGML_BACKEND_DEVICE_TYPE_GPU && type != GGML_BACKEND_DEVICE_TYPE_IGPU) return q;
+  ggml_backend_buffer_type_t host = ggml_backend_dev_host_buffer_type(dev);
+  if (host == nullptr) return q;
+  q.arena = ggml_backend_buft_alloc_buffer(host, kArenaBytes);
+  if (q.arena == nullptr) return q;
+  q.backend = ggml_backend_dev_init(dev, nullptr);
+  if (q.backend == nullptr) {
+    ggml_backend_buffer_free(q.arena);
+    q.arena = nullptr;
+    return q;
+  }
+  q.base = static_cast<uint8_t*>(ggml_backend_buffer_get_base(q.arena));
+  return q;
+}
+
+bool queue_write(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
+  ggml_backend_buffer_t buf = tensor->view_src != nullptr ? tensor->view_src->buffer : tensor->buffer;
+  if (buf == nullptr || size == 0) return false;
+  const bool candidate = size <= kMaxWrite && ggml_backend_buffer_get_usage(buf) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS &&
+                         !ggml_backend_buffer_is_host(buf);
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  DeviceQueue* q = nullptr;
+  if (candidate) {
+    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(buf);
+    auto it = g_queues.find(buft);
+    if (it == g_queues.end()) it = g_queues.emplace(buft, open_queue(buft)).first;
+    if (it->second.backend != nullptr) q = &it->second;
+  }
+  if (q == nullptr) {
+    // ggml writes this one itself, on another stream: what was queued goes first.
+    if (g_pending.load(std::memory_order_relaxed)) flush_locked();
+    return false;
+  }
+  if (q->used + size > kArenaBytes) flush_locked();
+  uint8_t* staged = q->base + q->used;
+  std::memcpy(staged, data, size);
+  ggml_backend_tensor_set_async(q->backend, tensor, staged, offset, size);
+  q->used += (size + kAlign - 1) / kAlign * kAlign;
+  q->pending = true;
+  g_pending.store(true, std::memory_order_relaxed);
+  g_count.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+template <typename Fn>
+Fn real(const char* name) {
+  Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
+  if (fn == nullptr) {
+    std::fprintf(stderr, "tandem: %s not found in ggml's libraries (a build problem)\n", name);
+    std::abort();
+  }
+  return fn;
+}
+
+}  // namespace
+
+void flush_input_writes() {
+  if (!g_pending.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  flush_locked();
+}
+
+Status install_input_writes() {
+  if (!tensor_set_interposed()) {
+    return Status::internal("this tandem binary does not interpose ggml_backend_tensor_set, so it cannot queue input "
+                            "writes (a build problem)");
+  }
+  if (!g_installed.exchange(true)) add_tensor_set_hook(&queue_write);
+  return Status::ok();
+}
+
+uint64_t queued_input_writes() { return g_count.load(); }
+
+}  // namespace tandem::worker
+
+// ggml's calls that read, run on or release device memory wait for the queued writes first.
+// Each resolves ggml's own function once; with nothing queued the wait is one atomic load.
+extern "C" {
+
+enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
+  static auto fn = tandem::worker::real<enum ggml_status (*)(ggml_backend_t, ggml_cgraph*)>("ggml_backend_graph_compute");
+  tandem::worker::flush_input_writes();
+  return fn(backend, cgraph);
+}
+
+void ggml_backend_tensor_get(const struct ggml_tensor* tensor, void* data, size_t offset, size_t size) {
+  static auto fn = tandem::worker::real<void (*)(const ggml_tensor*, void*, size_t, size_t)>("ggml_backend_tensor_get");
+  tandem::worker::flush_input_writes();
+  fn(tensor, data, offset, size);
+}
+
+void ggml_backend_tensor_memset(struct ggml_tensor* tensor, uint8_t value, size_t offset, size_t size) {
+  static auto fn = tandem::worker::real<void (*)(ggml_tensor*, uint8_t, size_t, size_t)>("ggml_backend_tensor_memset");
+  tandem::worker::flush_input_writes();
+  fn(tensor, value, offset, size);
+}
+
+void ggml_backend_buffer_clear(ggml_backend_buffer_t buffer, uint8_t value) {
+  static auto fn = tandem::worker::real<void (*)(ggml_backend_buffer_t, uint8_t)>("ggml_backend_buffer_clear");
+  tandem::worker::flush_input_writes();
+  fn(buffer, value);
+}
+
+void ggml_backend_buffer_free(ggml_backend_buffer_t buffer) {
+  static auto fn = tandem::worker::real<void (*)(ggml_backend_buffer_t)>("ggml_backend_buffer_free");
+  tandem::worker::flush_input_writes();
+  fn(buffer);
+}
+
+bool ggml_backend_buffer_copy_tensor(const struct ggml_tensor* src, struct ggml_tensor* dst) {
+  static auto fn = tandem::worker::real<bool (*)(const ggml_tensor*, ggml_tensor*)>("ggml_backend_buffer_copy_tensor");
+  tandem::worker::flush_input_writes();
+  return fn(src, dst);
+}
+
+}  // extern "C"

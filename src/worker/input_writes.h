@@ -1,0 +1,29 @@
+// The RPC child's writes of each step's inputs, without a device synchronisation per write.
+//
+// Every decode step the head writes the step's inputs into the worker's compute buffers: for
+// MiniMax-M3 with 30 layers here, ~100 writes of a few hundred bytes per token. ggml's RPC server
+// passes each to `ggml_backend_tensor_set`, which for a GPU copies from pageable memory and waits
+// for the device, one write after another. With input writes installed, the child's tensor-set
+// hook (common/tensor_set_hook.h) copies such a write (a buffer that holds no weights, on a GPU,
+// up to 1 MiB) into page-locked memory and queues it on a stream of its own; whatever next reads
+// or runs on the device through ggml (a graph, a read, a copy, a clear, a memset, a free) first
+// waits for the queued writes, so everything the server does still sees them, in order.
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace tandem::worker {
+
+// Installs the hook and the waits in front of ggml's device calls, for this process. Errors: this
+// executable does not interpose `ggml_backend_tensor_set`.
+Status install_input_writes();
+
+// Waits until the queued writes are on the device. Cheap when none are queued.
+void flush_input_writes();
+
+// Writes that went through the queue since the process started (tests and diagnostics).
+uint64_t queued_input_writes();
+
+}  // namespace tandem::worker
