@@ -5,6 +5,7 @@
 #   bench/device-compare.sh compare [ROUNDS]   bench/compare.sh with SPLIT_MODE=gpu
 #   bench/device-compare.sh diag [LAYERS]      bench/device-diag.sh: where a split loses decode, ~3 min
 #   bench/device-compare.sh load               load times only: single and a seeded tandem-split
+#   bench/device-compare.sh writes             bench/device-writes.sh: what per-step input writes cost, ~6 min
 # Results and logs go to $OUT (the device tool's output folder) as well as bench/results/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,7 +16,7 @@ export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_
 export TANDEM_CACHE=/tmp/tandem-cache
 model=/tmp/m3-proxy.gguf
 export OUT=$out
-case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load}" in
+case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load|writes}" in
   build)
     "$root/scripts/device-build.sh" tandem tandem-engine 2>&1 | tail -5
     ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
@@ -32,4 +33,6 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|l
       "$root/bench/compare.sh" "$root/build-cuda" "$model" 1 2>&1 | tee "$out/load.txt" ;;
   diag)
     "$root/bench/device-diag.sh" "${2:-12}" 2>&1 | tee "$out/diag.txt" ;;
+  writes)
+    "$root/bench/device-writes.sh" 2>&1 | tee "$out/writes.txt" ;;
 esac

@@ -2,7 +2,8 @@
 # Packs what a build on a machine without network needs (the lent GPU machine: nvcc, CMake and
 # ninja, but no package registry) into OUT (default: carry/):
 #   llama.tar.xz   the pinned llama.cpp source, without .git, docs and most of models/
-#   sysroot.tar.xz headers and libraries of the Debian packages that machine lacks (dpkg -x)
+#   sysroot.tar.xz headers and libraries of the Debian packages that machine lacks (dpkg -x),
+#                  googletest included for the GPU tests bench/device-writes.sh builds there
 # scripts/device-build.sh unpacks and builds them there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,7 +25,7 @@ tar -C "$tmp" -cJf "$out/llama.tar.xz" llama
 
 mkdir -p "$tmp/debs" "$tmp/sysroot"
 (cd "$tmp/debs" && apt-get download -q libtomlplusplus-dev libtomlplusplus3 libcpp-httplib-dev libcpp-httplib0.11 \
-    libsqlite3-dev libsqlite3-0 libsystemd-dev libcli11-dev libbrotli-dev >/dev/null)
+    libsqlite3-dev libsqlite3-0 libsystemd-dev libcli11-dev libbrotli-dev libgtest-dev >/dev/null)
 for d in "$tmp"/debs/*.deb; do dpkg -x "$d" "$tmp/sysroot"; done
 tar -C "$tmp" -cJf "$out/sysroot.tar.xz" sysroot
 ls -la "$out"
