@@ -20,8 +20,24 @@ namespace {
 
 bool is_hash_name(const std::string& n) { return parse_hash_name(n).has_value(); }
 
-// Reads `bytes` at `offset` of `path` in chunks, hashing and optionally copying them to `out_fd`.
-Result<uint64_t> hash_range(int fd, const std::string& path, uint64_t offset, uint64_t bytes, int out_fd) {
+// Writes all of `data` to `fd`, resuming after short writes (a filling disk gives those first).
+Status write_all(int fd, const char* data, size_t size, const std::string& path) {
+  while (size > 0) {
+    const ssize_t w = ::write(fd, data, size);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      return Status::resource_exhausted("writing cache file " + path + ": " + (w < 0 ? std::strerror(errno) : "no progress"));
+    }
+    data += w;
+    size -= static_cast<size_t>(w);
+  }
+  return Status::ok();
+}
+
+// Reads `bytes` at `offset` of `path` in chunks, hashing and optionally copying them to `out_fd`
+// (the file `out_path`).
+Result<uint64_t> hash_range(int fd, const std::string& path, uint64_t offset, uint64_t bytes, int out_fd,
+                            const std::string& out_path = "") {
   std::vector<char> buf(8 << 20);
   uint64_t hash = 0xcbf29ce484222325ULL;
   uint64_t done = 0;
@@ -30,9 +46,7 @@ Result<uint64_t> hash_range(int fd, const std::string& path, uint64_t offset, ui
     const ssize_t r = ::pread(fd, buf.data(), want, static_cast<off_t>(offset + done));
     if (r <= 0) return Status::invalid_argument(path + ": truncated or unreadable tensor data");
     hash = fnv1a(buf.data(), static_cast<size_t>(r), hash);
-    if (out_fd >= 0 && ::write(out_fd, buf.data(), static_cast<size_t>(r)) != r) {
-      return Status::resource_exhausted(std::string("writing a cache file: ") + std::strerror(errno));
-    }
+    if (out_fd >= 0) TANDEM_RETURN_IF_ERROR(write_all(out_fd, buf.data(), static_cast<size_t>(r), out_path));
     done += static_cast<uint64_t>(r);
   }
   return hash;
@@ -134,7 +148,7 @@ Result<SeedResult> seed_cache(const SeedOptions& o) {
     const std::string tmp = dest.string() + ".part";
     const int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (out < 0) return Status::invalid_argument(tmp + ": " + std::strerror(errno));
-    auto copied = hash_range(fd, path, t.file_offset, t.bytes, out);
+    auto copied = hash_range(fd, path, t.file_offset, t.bytes, out, tmp);
     ::close(out);
     if (!copied.is_ok() || copied.value() != hash.value()) {
       ::unlink(tmp.c_str());

@@ -250,6 +250,24 @@ TEST(Seed, PruneKeepsOnlyTheGivenModelsEntries) {
   EXPECT_EQ(list_cache(cache)->size(), entries);
 }
 
+TEST(Seed, AFullDiskNamesTheFileAndTheReasonAndLeavesNoPart) {
+  ScratchDir dir;
+  const std::string model = write_big_model(dir);
+  ASSERT_TRUE(seed_cache({model, dir.file("first"), -1, -1}).is_ok());
+  const auto names = list_cache(dir.file("first"));
+  ASSERT_TRUE(names.is_ok());
+  ASSERT_FALSE(names->empty());
+  // Every weight's partial file is /dev/full: the first write fails as on a disk that filled up.
+  const std::string cache = dir.file("full");
+  std::filesystem::create_directories(cache);
+  for (const auto& e : names.value()) std::filesystem::create_symlink("/dev/full", cache + "/" + e.name + ".part");
+  auto r = seed_cache({model, cache, -1, -1});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find(".part: No space left on device"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(cache), std::string::npos) << r.status().message();
+  EXPECT_EQ(list_cache(cache)->size(), 0u);
+}
+
 TEST(Seed, TheCacheLimitEvictsLeastRecentlyUsedFirst) {
   ScratchDir dir;
   const std::string cache = dir.file("cache");
