@@ -110,7 +110,6 @@ for round in $(seq "$rounds"); do
     fi
     # The cold load cached what ggml caches (weights above 10 MiB); seeding from the worker's own
     # copy adds the rest above tandem's 1 MiB, as docs/worker.md has users do.
-    mkdir -p "$work/worker-cache"
     "$tandem" worker seed -m "$model" --cache-dir "$work/worker-cache" --layers "$worker_layers" >&2
   fi
   for name in ${CONFIGS:-single stock-split stock-split-graphs tandem-split}; do
