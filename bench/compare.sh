@@ -8,7 +8,8 @@
 # interleaved. Writes bench/results/<date>-<machine>/{results.json,results.md,results.svg}.
 #
 #   bench/compare.sh BUILD_DIR MODEL.gguf [ROUNDS]
-# Environment: BENCH_ARGS (extra `tandem bench` flags, e.g. small sizes for CPU), CONTEXT (default
+# Environment: COMMIT (what results.json names; default: `git describe` of this tree, which on the
+# lent GPU machine can be a stale copy's), BENCH_ARGS (extra `tandem bench` flags, e.g. small sizes for CPU), CONTEXT (default
 # 8192), MACHINE (name in the results folder, default: hostname), NGL (single's -ngl, default 99),
 # SPLIT_MODE (cpu: the head keeps its half on the CPU; gpu: half on CUDA0), BANDWIDTH (bytes/s of
 # the device, for the physical limit; default 4.8e12, an H200), TANDEM_SERVE_ARGS (extra `tandem
@@ -133,5 +134,5 @@ done
 
 [ -n "${LOAD_ONLY:-}" ] && exit 0
 "$tandem" inspect --json "$model" > "$work/model.json"
-python3 "$here/bench/report.py" "$results" "$work/model.json" "$out" "$(git -C "$here" describe --always --abbrev=40 --dirty)" "$machine"
+python3 "$here/bench/report.py" "$results" "$work/model.json" "$out" "${COMMIT:-$(git -C "$here" describe --always --abbrev=40 --dirty)}" "$machine"
 echo "compare: results in $out" >&2
