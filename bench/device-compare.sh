@@ -5,7 +5,8 @@
 #   bench/device-compare.sh compare [ROUNDS]   bench/compare.sh with SPLIT_MODE=gpu
 #   bench/device-compare.sh diag [LAYERS]      bench/device-diag.sh: where a split loses decode, ~3 min
 #   bench/device-compare.sh load               load times only: single and a seeded tandem-split
-#   bench/device-compare.sh writes             bench/device-writes.sh: what per-step input writes cost, ~6 min
+#   bench/device-compare.sh writes             bench/device-writes.sh: what per-step input writes cost, ~4 min
+#   bench/device-compare.sh placement          bench/device-placement.sh: the split's cost against the worker's layers, ~3 min
 # Results and logs go to $OUT (the device tool's output folder) as well as bench/results/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,7 +17,7 @@ export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_
 export TANDEM_CACHE=/tmp/tandem-cache
 model=/tmp/m3-proxy.gguf
 export OUT=$out
-case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load|writes}" in
+case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load|writes|placement}" in
   build)
     "$root/scripts/device-build.sh" tandem tandem-engine 2>&1 | tail -5
     ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
@@ -35,4 +36,6 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|l
     "$root/bench/device-diag.sh" "${2:-12}" 2>&1 | tee "$out/diag.txt" ;;
   writes)
     "$root/bench/device-writes.sh" 2>&1 | tee "$out/writes.txt" ;;
+  placement)
+    "$root/bench/device-placement.sh" 2>&1 | tee "$out/placement.txt" ;;
 esac

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# How a split's cost per token on one GPU grows with the worker's share of the layers, in one
+# device call (after `device-compare.sh build`). A 24-layer m3-proxy (written here), its layers
+# seeded into a worker's cache, then tandem-engine one-shot runs (540-token prompt, 256 tokens,
+# greedy): one process, and splits with 4, 12 and 20 layers on the worker (the rest on the head's
+# GPU). The head writes ~3 small inputs per worker layer every token (bench/device-writes.sh),
+# while the hand-over between the two processes happens twice per token whatever the share: a
+# cost that grows with the worker's layers is the writes', a constant one the hand-over's.
+# Run it as `bench/device-compare.sh placement`; logs go to $OUT.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:?run through bench/device-compare.sh placement}
+build=$root/build-cuda
+layers=24
+model=/tmp/m3-proxy-$layers.gguf
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done' EXIT
+
+[ -f "$model" ] || "$build/tandem" synth --preset m3-proxy --layers $layers -o "$model" >"$out/synth.log" 2>&1
+cache=/tmp/placement-worker-cache
+"$build/tandem" worker seed -m "$model" --cache-dir "$cache" >"$out/seed.log" 2>&1 || { cat "$out/seed.log"; exit 1; }
+find "$cache" -maxdepth 1 -type f -printf '%f %s\n' | grep -E '^[0-9a-f]+ [0-9]+$' >"$out/listing.txt"
+"$build/tandem" secret new -o "$out/cluster.key" >/dev/null
+"$build/tandem" worker --listen 127.0.0.1:50070 --secret-file "$out/cluster.key" --name w --cache-dir "$cache" \
+  >"$out/worker.log" 2>&1 & pids+=($!)
+sleep 2
+"$build/tandem" link forward --to 127.0.0.1:50070 --secret-file "$out/cluster.key" --listen 127.0.0.1:50071 \
+  >"$out/forward.log" 2>&1 & pids+=($!)
+sleep 1
+
+prompt=$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog and keeps running'] * 45))")
+engine() {  # label, engine args...
+  local label=$1; shift
+  local f="$out/engine-${label//[ ,()]/_}.json"
+  "$build/tandem-engine" engine -m "$model" -c 4096 --prompt "$prompt" -n 256 --ignore-eos --json "$@" >"$f" 2>>"$out/engine.log"
+  python3 - "$label" "$f" <<'PY'
+import hashlib, json, sys
+label, path = sys.argv[1], sys.argv[2]
+try:
+    j = json.load(open(path))
+    digest = hashlib.sha256(json.dumps(j["tokens"]).encode()).hexdigest()[:12]
+    print(f"{label:36s} {j['decode_tps']:6.1f} tok/s {1000 / j['decode_tps']:6.2f} ms/token  load {j['load_s']:5.1f} s  tokens {digest}")
+except Exception:
+    print(f"{label:36s} FAILED")
+PY
+}
+ep=127.0.0.1:50071
+echo "== tandem-engine one-shot, m3-proxy $layers layers, 256 tokens after 540"
+for round in 1 2; do
+  engine "one process (round $round)"
+  for w in 4 12 20; do
+    engine "worker $w layers (round $round)" --rpc $ep --worker-cache $ep="$out/listing.txt" \
+      --layer-split $w,$((layers - w)) --workers-first
+  done
+done
