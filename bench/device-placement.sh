@@ -28,22 +28,7 @@ sleep 2
   >"$out/forward.log" 2>&1 & pids+=($!)
 sleep 1
 
-prompt=$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog and keeps running'] * 45))")
-engine() {  # label, engine args...
-  local label=$1; shift
-  local f="$out/engine-${label//[ ,()]/_}.json"
-  "$build/tandem-engine" engine -m "$model" -c 4096 --prompt "$prompt" -n 256 --ignore-eos --json "$@" >"$f" 2>>"$out/engine.log"
-  python3 - "$label" "$f" <<'PY'
-import hashlib, json, sys
-label, path = sys.argv[1], sys.argv[2]
-try:
-    j = json.load(open(path))
-    digest = hashlib.sha256(json.dumps(j["tokens"]).encode()).hexdigest()[:12]
-    print(f"{label:36s} {j['decode_tps']:6.1f} tok/s {1000 / j['decode_tps']:6.2f} ms/token  load {j['load_s']:5.1f} s  tokens {digest}")
-except Exception:
-    print(f"{label:36s} FAILED")
-PY
-}
+. "$root/bench/device-engine.sh"
 ep=127.0.0.1:50071
 echo "== tandem-engine one-shot, m3-proxy $layers layers, 256 tokens after 540"
 for round in 1 2; do

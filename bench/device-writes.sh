@@ -47,22 +47,7 @@ start_worker 50070
 start_worker 50080 --sync-input-writes
 sleep 1
 
-prompt=$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog and keeps running'] * 45))")
-engine() {  # label, engine args...
-  local label=$1; shift
-  local f="$out/engine-${label//[ ,]/_}.json"
-  "$build/tandem-engine" engine -m "$model" -c 4096 --prompt "$prompt" -n 256 --ignore-eos --json "$@" >"$f" 2>>"$out/engine.log"
-  python3 - "$label" "$f" <<'PY'
-import hashlib, json, sys
-label, path = sys.argv[1], sys.argv[2]
-try:
-    j = json.load(open(path))
-    digest = hashlib.sha256(json.dumps(j["tokens"]).encode()).hexdigest()[:12]
-    print(f"{label:44s} {j['decode_tps']:6.1f} tok/s decode {j['prefill_tps']:6.0f} prefill  load {j['load_s']:5.1f} s  tokens {digest}")
-except Exception:
-    print(f"{label:44s} FAILED")
-PY
-}
+. "$root/bench/device-engine.sh"
 split() {  # label, worker port, engine flags...
   local label=$1 port=$2; shift 2
   local ep=127.0.0.1:$((port + 1))
