@@ -16,7 +16,9 @@
 #include <thread>
 
 #include "common/cached_tensor.h"
+#include "common/log.h"
 #include "common/tensor_set_hook.h"
+#include "engine/hash_memo.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "plan/model_info.h"
@@ -35,7 +37,11 @@ struct Mapping {
 struct Job {
   const uint8_t* data = nullptr;  // in our own mapping of the file
   uint64_t bytes = 0;
+  size_t file = 0;                // index in the model's files
+  uint64_t offset = 0;            // in that file
+  std::optional<MemoEntry> remembered;  // from the hash memo, used once its fingerprint matches
   std::optional<uint64_t> hash;   // set by the pool
+  uint64_t fingerprint = 0;       // set by the pool with `hash`
 };
 
 // The state of one load. Jobs are fixed before the pool starts; `hash` fields are written under
@@ -52,20 +58,46 @@ struct Uploads {
   std::vector<std::thread> pool;
   std::chrono::steady_clock::time_point t0, t1;
   CachedUploadStats stats;  // under mutex
+  std::vector<std::string> memo_files;  // per model file; "" where there is no memo
 
   void work() {
     for (;;) {
       const size_t i = next.fetch_add(1);
       if (i >= order.size() || stopping) break;
       Job& j = jobs.at(order[i]);
-      const uint64_t h = fnv1a(j.data, j.bytes);
+      const uint64_t fp = weight_fingerprint(j.data, j.bytes);
+      const bool known = j.remembered && j.remembered->fingerprint == fp;
+      const uint64_t h = known ? j.remembered->hash : fnv1a(j.data, j.bytes);
       std::lock_guard<std::mutex> lock(mutex);
       j.hash = h;
+      j.fingerprint = fp;
+      stats.remembered += known ? 1 : 0;
       t1 = std::chrono::steady_clock::now();
       hashed.notify_all();
     }
   }
+
+  // Writes each file's memo again when this load hashed something it did not remember.
+  void remember() {
+    for (size_t f = 0; f < memo_files.size(); ++f) {
+      if (memo_files[f].empty()) continue;
+      HashMemo memo = read_hash_memo(memo_files[f]);
+      bool changed = false;
+      for (const auto& [name, j] : jobs) {
+        if (j.file != f || !j.hash) continue;
+        MemoEntry& e = memo[{j.offset, j.bytes}];
+        changed |= e.hash != *j.hash || e.fingerprint != j.fingerprint;
+        e = MemoEntry{*j.hash, j.fingerprint};
+      }
+      if (!changed) continue;
+      if (Status st = write_hash_memo(memo_files[f], memo); !st.is_ok()) {
+        log::warn("engine", "weight hashes not remembered (the next load hashes again): " + st.message());
+      }
+    }
+  }
 };
+
+CachedUploadStats g_last_stats;  // under g_mutex
 
 std::mutex g_mutex;                    // guards g_uploads' lifetime
 std::unique_ptr<Uploads> g_uploads;
@@ -151,10 +183,27 @@ Status start_cached_uploads(const CachedUploadPlan& plan) {
   std::stable_sort(picked.begin(), picked.end(), [](const auto* a, const auto* b) {
     return (a->layer < 0 ? INT32_MAX : a->layer) < (b->layer < 0 ? INT32_MAX : b->layer);
   });
+  std::vector<HashMemo> memos(info->files.size());
+  u->memo_files.assign(info->files.size(), "");
+  if (!plan.hash_memo_dir.empty()) {
+    for (size_t f = 0; f < info->files.size(); ++f) {
+      auto path = hash_memo_path(plan.hash_memo_dir, info->files[f]);
+      if (!path.is_ok()) continue;
+      u->memo_files[f] = path.value();
+      memos[f] = read_hash_memo(path.value());
+    }
+  }
   for (const auto* t : picked) {
-    const Mapping& m = *u->maps.at(static_cast<size_t>(t->split));
+    const size_t f = static_cast<size_t>(t->split);
+    const Mapping& m = *u->maps.at(f);
     ::madvise(const_cast<uint8_t*>(m.base + (t->file_offset & ~uint64_t{4095})), t->bytes, MADV_WILLNEED);
-    u->jobs[t->name] = Job{m.base + t->file_offset, t->bytes, std::nullopt};
+    Job j;
+    j.data = m.base + t->file_offset;
+    j.bytes = t->bytes;
+    j.file = f;
+    j.offset = t->file_offset;
+    if (auto e = memos[f].find({t->file_offset, t->bytes}); e != memos[f].end()) j.remembered = e->second;
+    u->jobs[t->name] = j;
     u->order.push_back(t->name);
   }
   if (!tensor_set_interposed()) return Status::internal("this tandem-engine does not interpose ggml_backend_tensor_set (a build problem)");
@@ -180,9 +229,21 @@ CachedUploadStats finish_cached_uploads() {
   u->stopping = true;
   u->hashed.notify_all();
   for (auto& t : u->pool) t.join();
-  std::lock_guard<std::mutex> lock(u->mutex);
-  u->stats.hash_s = std::chrono::duration<double>(u->t1 - u->t0).count();
-  return u->stats;
+  u->remember();
+  CachedUploadStats stats;
+  {
+    std::lock_guard<std::mutex> lock(u->mutex);
+    u->stats.hash_s = std::chrono::duration<double>(u->t1 - u->t0).count();
+    stats = u->stats;
+  }
+  std::lock_guard<std::mutex> life(g_mutex);
+  g_last_stats = stats;
+  return stats;
+}
+
+CachedUploadStats last_cached_upload_stats() {
+  std::lock_guard<std::mutex> life(g_mutex);
+  return g_last_stats;
 }
 
 }  // namespace tandem::engine

@@ -28,17 +28,23 @@ struct CachedUploadPlan {
   bool output_remote = false;                     // the output head too
   std::map<std::string, CacheListing> listings;   // RPC endpoint ("host:port") -> its cache
   int threads = 0;                                // hashing threads; 0 = half the cores, at most 16
+  // Where hashes are remembered between loads (hash_memo.h); "" = hash every time.
+  std::string hash_memo_dir;
 };
 
 struct CachedUploadStats {
   uint64_t markers = 0, marker_bytes = 0;  // weights sent as markers
   uint64_t fallbacks = 0;                  // candidates that took ggml's path (not cached, or data differed)
+  uint64_t remembered = 0;                 // hashes taken from the memo instead of computed
   double hash_s = 0;                       // wall time the hashing pool ran
 };
 
 // Starts hashing and activates the interposer until `finish_cached_uploads`. One load at a time.
 Status start_cached_uploads(const CachedUploadPlan& plan);
-// Deactivates the interposer, stops the pool, and says what happened.
+// Deactivates the interposer, stops the pool, remembers the hashes it computed, and says what
+// happened.
 CachedUploadStats finish_cached_uploads();
+// What the last finished load said (tests and diagnostics).
+CachedUploadStats last_cached_upload_stats();
 
 }  // namespace tandem::engine

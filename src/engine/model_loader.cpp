@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "engine/cached_upload.h"
+#include "engine/hash_memo.h"
 #include "engine/llama_log.h"
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
@@ -186,15 +187,17 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
       if (!listing.is_ok()) return listing.status().with_context("RPC server " + endpoint);
       cp.listings[endpoint] = std::move(listing.value());
     }
+    cp.hash_memo_dir = default_hash_memo_dir();
     TANDEM_RETURN_IF_ERROR(start_cached_uploads(cp));
   }
   ModelPtr model(llama_model_load_from_file(o.model.c_str(), mp));
   if (cached) {
     const CachedUploadStats st = finish_cached_uploads();
     char line[200];
-    std::snprintf(line, sizeof line, "%llu weights (%.2f GiB) loaded from the workers' caches, %llu sent whole; hashing ran %.1f s",
+    std::snprintf(line, sizeof line,
+                  "%llu weights (%.2f GiB) loaded from the workers' caches, %llu sent whole; hashing ran %.1f s (%llu hashes remembered)",
                   static_cast<unsigned long long>(st.markers), static_cast<double>(st.marker_bytes) / (1ull << 30),
-                  static_cast<unsigned long long>(st.fallbacks), st.hash_s);
+                  static_cast<unsigned long long>(st.fallbacks), st.hash_s, static_cast<unsigned long long>(st.remembered));
     log::info("engine", line);
   }
   if (!model) return Status::invalid_argument(with_llama_reason(o.model + ": loading the model failed"));

@@ -12,7 +12,9 @@
 #include <regex>
 
 #include "common/cached_tensor.h"
+#include "engine/cached_upload.h"
 #include "engine/generate.h"
+#include "engine/hash_memo.h"
 #include "engine/model_loader.h"
 #include "link/forwarder.h"
 #include "plan/model_info.h"
@@ -184,6 +186,56 @@ TEST(Seed, ListedWeightsLoadFromTheWorkersCacheAndGiveTheTokensOfOneProcess) {
   // signals a session's end. The short sessions before the load also send that signal, so a
   // report can come in the middle of the load: the reports add up to the 6 weights.
   EXPECT_EQ(reported_cached_loads(w), 6) << w.log();
+}
+
+// The head remembers the hashes it computed for a load (engine/hash_memo.h): the next load of the
+// same file takes them from the memo, and one whose fingerprints no longer match is hashed again.
+TEST(Seed, ASecondLoadTakesTheWeightHashesFromTheMemo) {
+  ScratchDir dir;
+  ::setenv("XDG_CACHE_HOME", dir.file("xdg").c_str(), 1);
+  const link::Secret secret = make_secret(dir.file("cluster.key"));
+  const std::string model = write_big_model(dir, true);
+  auto alone = engine::generate(big_options(model));
+  ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+  ASSERT_TRUE(seed_cache({model, dir.file("cache"), 1, 1}).is_ok());
+  WorkerProcess w(dir, "box-h", dir.file("cluster.key"), {"--cache-dir", dir.file("cache")});
+  ASSERT_TRUE(w.up()) << w.log();
+  auto forwarder = forward_to(w, secret);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(forwarder->port());
+  engine::GenerateOptions split = big_options(model);
+  split.placement.rpc_servers = {endpoint};
+  split.placement.cpu_layers = 1;
+  split.placement.device_layers = {1};
+  split.placement.cache_listings = {{endpoint, listing_file(dir, dir.file("cache"), "listing")}};
+  auto load = [&](const char* what) {
+    EXPECT_TRUE(forwarder->wait_until_up(link::Millis(10000))) << what;
+    auto r = engine::generate(split);
+    EXPECT_TRUE(r.is_ok()) << what << ": " << r.status().to_string() << "\n" << w.log();
+    if (r.is_ok()) EXPECT_EQ(r->tokens, alone->tokens) << what;
+    return engine::last_cached_upload_stats();
+  };
+
+  const auto first = load("first load");
+  EXPECT_EQ(first.markers, 6u);
+  EXPECT_EQ(first.remembered, 0u);
+  const std::string memo_dir = dir.file("xdg") + "/tandem/weight-hashes";
+  std::vector<std::string> memos;
+  for (const auto& e : std::filesystem::directory_iterator(memo_dir)) memos.push_back(e.path().string());
+  ASSERT_EQ(memos.size(), 1u);
+  EXPECT_EQ(engine::read_hash_memo(memos[0]).size(), 6u);
+
+  const auto second = load("second load");
+  EXPECT_EQ(second.markers, 6u);
+  EXPECT_EQ(second.remembered, 6u);
+
+  // Fingerprints that do not match (as if the bytes had changed in place): hashed again.
+  engine::HashMemo memo = engine::read_hash_memo(memos[0]);
+  for (auto& [key, e] : memo) e.fingerprint ^= 1;
+  ASSERT_TRUE(engine::write_hash_memo(memos[0], memo).is_ok());
+  const auto third = load("load with stale fingerprints");
+  EXPECT_EQ(third.markers, 6u);
+  EXPECT_EQ(third.remembered, 0u);
+  EXPECT_EQ(engine::read_hash_memo(memos[0]).begin()->second.fingerprint ^ 1, memo.begin()->second.fingerprint);
 }
 
 // A listing that no longer matches the cache (entries removed after the head read it) fails the
