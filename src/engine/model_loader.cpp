@@ -24,11 +24,6 @@
 namespace tandem::engine {
 namespace {
 
-bool is_rpc(ggml_backend_dev_t dev) {
-  ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
-  return reg != nullptr && std::strcmp(ggml_backend_reg_name(reg), "RPC") == 0;
-}
-
 // ggml's RPC client aborts the process when it cannot connect, so every endpoint is first tried
 // here, with a deadline, to turn the common failure into an error.
 Status probe_endpoint(const std::string& endpoint, int timeout_ms) {
@@ -77,7 +72,7 @@ void add_local_gpus(std::vector<ggml_backend_dev_t>* devices) {
   for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
     ggml_backend_dev_t dev = ggml_backend_dev_get(i);
     const auto type = ggml_backend_dev_type(dev);
-    if (!is_rpc(dev) && (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU)) devices->push_back(dev);
+    if (!is_rpc_device(dev) && (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU)) devices->push_back(dev);
   }
 }
 
@@ -98,6 +93,11 @@ Result<std::vector<ggml_backend_dev_t>> collect_devices(const Placement& p) {
 }
 
 }  // namespace
+
+bool is_rpc_device(ggml_backend_dev_t dev) {
+  ggml_backend_reg_t reg = dev != nullptr ? ggml_backend_dev_backend_reg(dev) : nullptr;
+  return reg != nullptr && std::strcmp(ggml_backend_reg_name(reg), "RPC") == 0;
+}
 
 void ModelDeleter::operator()(llama_model* m) const { llama_model_free(m); }
 
@@ -155,7 +155,7 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   std::vector<llama_model_tensor_buft_override> overrides;
   ggml_backend_dev_t last_local = nullptr;
   for (ggml_backend_dev_t d : devices.value()) {
-    if (!is_rpc(d)) last_local = d;
+    if (!is_rpc_device(d)) last_local = d;
   }
   if (last_local != nullptr && !p.rpc_servers.empty() && p.output_on_head && !p.workers_first) {
     overrides.push_back({"^output\\.weight$", ggml_backend_dev_buffer_type(last_local)});
@@ -172,7 +172,7 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
     CachedUploadPlan cp;
     cp.model = o.model;
     long local = 0;
-    for (ggml_backend_dev_t d : devices.value()) local += is_rpc(d) ? 0 : 1;
+    for (ggml_backend_dev_t d : devices.value()) local += is_rpc_device(d) ? 0 : 1;
     const long remote = static_cast<long>(devices->size()) - local;
     if (p.workers_first) {
       cp.first_layer = p.cpu_layers;

@@ -10,6 +10,7 @@
 #include "common/status.h"
 
 struct llama_model;
+struct ggml_backend_device;
 
 namespace tandem::engine {
 
@@ -55,6 +56,9 @@ struct ModelDeleter {
   void operator()(llama_model* m) const;
 };
 using ModelPtr = std::unique_ptr<llama_model, ModelDeleter>;
+
+// True for the devices of ggml's RPC backend (remote servers), whatever their endpoint.
+bool is_rpc_device(ggml_backend_device* dev);
 
 // Names of the offload devices `placement` would use, in order (e.g. "CUDA0", "RPC0[127.0.0.1:7071]").
 Result<std::vector<std::string>> offload_devices(const Placement& placement);

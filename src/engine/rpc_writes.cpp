@@ -1,11 +1,11 @@
 #include "engine/rpc_writes.h"
 
 #include <atomic>
-#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
 #include "common/tensor_set_hook.h"
+#include "engine/model_loader.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
@@ -20,11 +20,6 @@ bool g_live = false;
 // so the connection is always the one already open, never a new one.
 std::unordered_map<ggml_backend_dev_t, ggml_backend_t> g_backends;
 std::atomic<unsigned long long> g_writes{0};
-
-bool is_rpc_device(ggml_backend_dev_t dev) {
-  ggml_backend_reg_t reg = dev != nullptr ? ggml_backend_dev_backend_reg(dev) : nullptr;
-  return reg != nullptr && std::strcmp(ggml_backend_reg_name(reg), "RPC") == 0;
-}
 
 bool write_async(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
   ggml_backend_buffer_t buf = tensor->view_src != nullptr ? tensor->view_src->buffer : tensor->buffer;

@@ -18,15 +18,14 @@ namespace tandem::engine {
 
 class AsyncRpcWrites {
  public:
-  // Installs the interposer's hook; at most one lives at a time (a second one installs nothing).
+  // Installs the interposer's hook; at most one lives at a time (a second one installs nothing,
+  // as does a build that does not interpose ggml_backend_tensor_set).
   AsyncRpcWrites();
   // Uninstalls it and frees the backend handles it opened on the RPC connections.
   ~AsyncRpcWrites();
   AsyncRpcWrites(const AsyncRpcWrites&) = delete;
   AsyncRpcWrites& operator=(const AsyncRpcWrites&) = delete;
 
-  // False when another one was live, or this build does not interpose ggml_backend_tensor_set.
-  bool active() const { return active_; }
   // Writes that took the asynchronous path so far (all instances, for tests and diagnostics).
   static unsigned long long writes();
 
