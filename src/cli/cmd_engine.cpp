@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include "common/strings.h"
 #include "engine/generate.h"
 #include "engine/llama_log.h"
+#include "engine/rpc_writes.h"
 #include "engine/server.h"
 
 namespace tandem::cli {
@@ -21,9 +23,9 @@ struct EngineFlags {
   engine::GenerateOptions one_shot;
   engine::EngineConfig serve;
   std::string rpc, split;
-  std::vector<std::string> worker_caches;
+  std::vector<std::string> worker_caches, tandem_workers;
   bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false,
-       sync_rpc_writes = false;
+       sync_rpc_writes = false, no_input_reuse = false;
   int verbose = 0;
 };
 
@@ -38,7 +40,15 @@ engine::Placement placement(const EngineFlags& f) {
     const size_t eq = w.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == w.size()) fail("--worker-cache: expected HOST:PORT=FILE, got '" + w + "'", 2);
     p.cache_listings[w.substr(0, eq)] = w.substr(eq + 1);
+    p.tandem_workers.insert(w.substr(0, eq));  // only a tandem worker has a cache
   }
+  for (const std::string& w : f.tandem_workers) {
+    if (std::find(p.rpc_servers.begin(), p.rpc_servers.end(), w) == p.rpc_servers.end()) {
+      fail("--tandem-worker: '" + w + "' is not one of the --rpc endpoints (" + f.rpc + ")", 2);
+    }
+    p.tandem_workers.insert(w);
+  }
+  p.reuse_inputs = !f.no_input_reuse;
   for (const std::string& n : split_commas(f.split)) {
     try {
       p.device_layers.push_back(std::stoi(n));
@@ -57,7 +67,9 @@ void run_one_shot(EngineFlags& f) {
   if (f.json) {
     nlohmann::json j = {{"text", r->text},           {"tokens", r->tokens},
                         {"n_prompt_tokens", r->n_prompt_tokens}, {"load_s", r->load_s},
-                        {"prefill_tps", r->prefill_tps}, {"decode_tps", r->decode_tps}};
+                        {"prefill_tps", r->prefill_tps}, {"decode_tps", r->decode_tps},
+                        {"input_copies", engine::AsyncRpcWrites::reused_writes()},
+                        {"input_bytes_not_sent", engine::AsyncRpcWrites::bytes_not_sent()}};
     // Generated text may end inside a UTF-8 sequence: replace, never throw.
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;
@@ -113,6 +125,12 @@ void register_engine(CLI::App& app) {
   cmd->add_flag("--output-with-last-device", f.output_last,
                "Put the output head with the last device as llama.cpp does (default with local GPUs and RPC servers: on the last local GPU)");
   cmd->add_flag("--no-cpu-repack", f.no_repack, "Keep CPU weights in file layout (bit-identical to a CPU split through RPC servers)");
+  cmd->add_option("--tandem-worker", f.tandem_workers,
+                  "HOST:PORT (repeatable): this --rpc endpoint reaches a tandem worker of this build (through `tandem link "
+                  "forward`), so a step's inputs that repeat across layers cross the link once; never a stock ggml RPC server "
+                  "(implied by --worker-cache)");
+  cmd->add_flag("--no-input-reuse", f.no_input_reuse,
+                "Send every repeated input to --tandem-worker endpoints whole, as to a stock server (for measuring the difference)");
   cmd->add_flag("--sync-rpc-writes", f.sync_rpc_writes,
                 "Write each step's inputs to RPC servers one at a time, waiting on each, as ggml's client does "
                 "(default: queued without waiting; this is for measuring the difference)");

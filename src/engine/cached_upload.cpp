@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/tensor_set_hook.h"
 #include "engine/hash_memo.h"
+#include "engine/model_loader.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "plan/model_info.h"
@@ -101,14 +102,6 @@ CachedUploadStats g_last_stats;  // under g_mutex
 
 std::mutex g_mutex;                    // guards g_uploads' lifetime
 std::unique_ptr<Uploads> g_uploads;
-
-// "RPC0[127.0.0.1:7071]" -> "127.0.0.1:7071"; "" for any other buffer type.
-std::string rpc_endpoint(const char* buft_name) {
-  if (buft_name == nullptr || std::strncmp(buft_name, "RPC", 3) != 0) return "";
-  const char* open = std::strchr(buft_name, '[');
-  const char* close = open != nullptr ? std::strrchr(open, ']') : nullptr;
-  return close != nullptr ? std::string(open + 1, close) : "";
-}
 
 // The tensor-set hook while a load runs: true when the weight went as a marker.
 bool try_marker(ggml_tensor* t, const void* data, size_t offset, size_t size) {

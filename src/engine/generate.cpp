@@ -51,7 +51,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   cp.n_threads_batch = threads;
   cp.no_perf = true;
   std::unique_ptr<AsyncRpcWrites> rpc_writes;
-  if (!o.placement.rpc_servers.empty() && o.placement.async_rpc_writes) rpc_writes = std::make_unique<AsyncRpcWrites>();
+  if (!o.placement.rpc_servers.empty() && o.placement.async_rpc_writes) rpc_writes = std::make_unique<AsyncRpcWrites>(reuse_endpoints(o.placement));
   std::unique_ptr<llama_context, ContextDeleter> ctx(llama_init_from_model(model.get(), cp));
   if (!ctx) return Status::resource_exhausted(with_llama_reason(o.model + ": creating a context of " + std::to_string(o.n_ctx) + " tokens failed"));
 

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,15 @@ struct Placement {
   // Writes into the RPC servers' compute buffers (each step's inputs) go without waiting on each
   // one (engine/rpc_writes.h). Off only to measure what that saves.
   bool async_rpc_writes = true;
+  // RPC endpoints that reach a tandem worker of this build (through a link forwarder): a step's
+  // inputs that repeat across layers cross the link once (common/input_reuse.h). Never a stock
+  // RPC server, which would store the markers as data. Needs `async_rpc_writes`.
+  std::set<std::string> tandem_workers;
+  bool reuse_inputs = true;  // off only to measure what input reuse saves
 };
+
+// The endpoints to which a step's repeated inputs go as markers under `p`.
+inline std::set<std::string> reuse_endpoints(const Placement& p) { return p.reuse_inputs ? p.tandem_workers : std::set<std::string>{}; }
 
 struct LoadOptions {
   std::string model;
@@ -59,6 +68,9 @@ using ModelPtr = std::unique_ptr<llama_model, ModelDeleter>;
 
 // True for the devices of ggml's RPC backend (remote servers), whatever their endpoint.
 bool is_rpc_device(ggml_backend_device* dev);
+// The endpoint in the name of an RPC device or buffer type ("RPC0[127.0.0.1:7071]" ->
+// "127.0.0.1:7071"); "" for any other name.
+std::string rpc_endpoint(const char* name);
 
 // Names of the offload devices `placement` would use, in order (e.g. "CUDA0", "RPC0[127.0.0.1:7071]").
 Result<std::vector<std::string>> offload_devices(const Placement& placement);

@@ -180,7 +180,7 @@ void Server::load() {
   }
   model_ = std::move(model.value());
   if (!config_.load.placement.rpc_servers.empty() && config_.load.placement.async_rpc_writes) {
-    rpc_writes_ = std::make_unique<AsyncRpcWrites>();
+    rpc_writes_ = std::make_unique<AsyncRpcWrites>(reuse_endpoints(config_.load.placement));
   }
   auto scheduler = Scheduler::create(model_.get(), config_.scheduler);
   if (!scheduler.is_ok()) return set_failed(scheduler.status().message());

@@ -2,14 +2,22 @@
 
 #include <dlfcn.h>
 
+#include <unistd.h>
+
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
+#include "common/input_reuse.h"
+#include "common/log.h"
 #include "common/tensor_set_hook.h"
+#include "common/units.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
@@ -36,7 +44,18 @@ std::recursive_mutex g_mutex;
 std::unordered_map<ggml_backend_buffer_type_t, DeviceQueue> g_queues;
 std::atomic<bool> g_pending{false};
 std::atomic<bool> g_installed{false};
+std::atomic<bool> g_queueing{false};
 std::atomic<uint64_t> g_count{0};
+
+// Input reuse (common/input_reuse.h): the slots of the head's current session, in device memory.
+struct Slot {
+  ggml_backend_buffer_t buffer = nullptr;
+  ggml_backend_buffer_type_t type = nullptr;
+  uint64_t bytes = 0;  // what the last keep put there
+};
+std::array<Slot, kReuseSlots> g_slots;  // under g_mutex
+std::atomic<uint64_t> g_session{0};
+std::atomic<uint64_t> g_reuse_copies{0};
 
 void flush_locked() {
   for (auto& entry : g_queues) {
@@ -69,9 +88,107 @@ DeviceQueue open_queue(ggml_backend_buffer_type_t buft) {
   return q;
 }
 
+// `bytes` bytes at `data` in `buffer`, as a tensor that ggml's copies accept.
+ggml_tensor raw_bytes(ggml_backend_buffer_t buffer, void* data, uint64_t bytes) {
+  ggml_tensor t{};
+  t.type = GGML_TYPE_I8;
+  t.buffer = buffer;
+  t.data = data;
+  t.ne[0] = static_cast<int64_t>(bytes);
+  t.ne[1] = t.ne[2] = t.ne[3] = 1;
+  t.nb[0] = 1;
+  t.nb[1] = t.nb[2] = t.nb[3] = bytes;
+  return t;
+}
+
+// A device-to-device copy, queued behind the queued writes on that device's stream when there is
+// one; otherwise after them, waiting.
+void copy_bytes(ggml_tensor* src, ggml_tensor* dst) {
+  DeviceQueue* q = nullptr;
+  if (g_queueing.load(std::memory_order_relaxed)) {
+    auto it = g_queues.find(ggml_backend_buffer_get_type(dst->buffer));
+    if (it == g_queues.end()) it = g_queues.emplace(ggml_backend_buffer_get_type(dst->buffer), open_queue(ggml_backend_buffer_get_type(dst->buffer))).first;
+    if (it->second.backend != nullptr) q = &it->second;
+  }
+  if (q == nullptr) {
+    if (g_pending.load(std::memory_order_relaxed)) flush_locked();
+    ggml_backend_tensor_copy(src, dst);
+    return;
+  }
+  ggml_backend_tensor_copy_async(q->backend, q->backend, src, dst);
+  q->pending = true;
+  g_pending.store(true, std::memory_order_relaxed);
+}
+
+void free_slot(Slot& s) {
+  if (s.buffer != nullptr) {
+    if (g_pending.load(std::memory_order_relaxed)) flush_locked();  // a queued copy may still read it
+    ggml_backend_buffer_free(s.buffer);
+  }
+  s = Slot{};
+}
+
+// A marker that cannot be what the head meant: the head and this child disagree about the slots,
+// and computing on would use wrong inputs. Ends the process, as a failed cached load does.
+[[noreturn]] void reuse_failed(const std::string& why) {
+  log::error("rpc-server", "repeated input: " + why + "; the RPC server stops rather than compute with a wrong input "
+                           "(the worker restarts it)");
+  std::fflush(nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // see cache_loader.cpp
+  ::_exit(kInputReuseFailedExit);
+}
+
+void apply_marker(ggml_tensor* tensor, size_t offset, const ReuseMarker& m) {
+  ggml_backend_buffer_t buf = tensor->view_src != nullptr ? tensor->view_src->buffer : tensor->buffer;
+  if (buf == nullptr || offset + m.bytes > ggml_nbytes(tensor)) {
+    reuse_failed(std::string("a marker for ") + format_bytes(m.bytes) + " at offset " + std::to_string(offset) +
+                 " of tensor '" + tensor->name + "' (" + format_bytes(ggml_nbytes(tensor)) + ")");
+  }
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (m.session != g_session.load()) {
+    if (m.op == ReuseOp::copy) reuse_failed("a copy from slot " + std::to_string(m.slot) + " of another session");
+    for (Slot& s : g_slots) free_slot(s);
+    g_session.store(m.session);
+  }
+  ggml_tensor region = raw_bytes(buf, static_cast<uint8_t*>(tensor->data) + offset, m.bytes);
+  Slot& slot = g_slots[m.slot];
+  if (m.op == ReuseOp::copy) {
+    if (slot.buffer == nullptr || slot.bytes != m.bytes) {
+      reuse_failed("slot " + std::to_string(m.slot) + " holds " + format_bytes(slot.bytes) + ", the head asked for " +
+                   format_bytes(m.bytes));
+    }
+    ggml_tensor kept = raw_bytes(slot.buffer, ggml_backend_buffer_get_base(slot.buffer), m.bytes);
+    copy_bytes(&kept, &region);
+    g_reuse_copies.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  for (uint32_t i = 0; i < kReuseSlots; ++i) {
+    if ((m.drop >> i & 1u) != 0 && i != m.slot) free_slot(g_slots[i]);
+  }
+  ggml_backend_buffer_type_t type = ggml_backend_buffer_get_type(buf);
+  const size_t capacity = slot.buffer != nullptr ? ggml_backend_buffer_get_size(slot.buffer) : 0;
+  // Exact-ish sizes keep the device memory held close to what the head counts.
+  if (slot.type != type || capacity < m.bytes || capacity > m.bytes + m.bytes / 4) {
+    free_slot(slot);
+    slot.buffer = ggml_backend_buft_alloc_buffer(type, m.bytes);
+    if (slot.buffer == nullptr) reuse_failed("cannot allocate " + format_bytes(m.bytes) + " on " + ggml_backend_buft_name(type));
+    slot.type = type;
+  }
+  ggml_tensor kept = raw_bytes(slot.buffer, ggml_backend_buffer_get_base(slot.buffer), m.bytes);
+  copy_bytes(&region, &kept);
+  slot.bytes = m.bytes;
+}
+
 bool queue_write(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
   ggml_backend_buffer_t buf = tensor->view_src != nullptr ? tensor->view_src->buffer : tensor->buffer;
   if (buf == nullptr || size == 0) return false;
+  if (size == kReuseMarkerSize) {
+    if (auto m = parse_reuse_marker(data, size)) {
+      apply_marker(tensor, offset, *m);
+      return true;
+    }
+  }
+  if (!g_queueing.load(std::memory_order_relaxed)) return false;
   const bool candidate = size <= kMaxWrite && ggml_backend_buffer_get_usage(buf) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS &&
                          !ggml_backend_buffer_is_host(buf);
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
@@ -116,16 +233,27 @@ void flush_input_writes() {
   flush_locked();
 }
 
-Status install_input_writes() {
+Status install_input_writes(bool queue) {
   if (!tensor_set_interposed()) {
-    return Status::internal("this tandem binary does not interpose ggml_backend_tensor_set, so it cannot queue input "
-                            "writes (a build problem)");
+    return Status::internal("this tandem binary does not interpose ggml_backend_tensor_set, so it cannot take the "
+                            "head's step inputs (a build problem)");
   }
+  g_queueing.store(queue);
   if (!g_installed.exchange(true)) add_tensor_set_hook(&queue_write);
   return Status::ok();
 }
 
 uint64_t queued_input_writes() { return g_count.load(); }
+
+uint64_t input_reuse_session() { return g_session.load(); }
+
+void release_input_reuse(uint64_t session) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (session == 0 || g_session.load() != session) return;
+  for (Slot& s : g_slots) free_slot(s);
+}
+
+uint64_t input_reuse_copies() { return g_reuse_copies.load(); }
 
 }  // namespace tandem::worker
 

@@ -8,6 +8,12 @@
 // up to 1 MiB) into page-locked memory and queues it on a stream of its own; whatever next reads
 // or runs on the device through ggml (a graph, a read, a copy, a clear, a memset, a free) first
 // waits for the queued writes, so everything the server does still sees them, in order.
+//
+// The same hook takes the head's input-reuse markers (common/input_reuse.h): "keep" copies the
+// bytes just written into a slot of device memory, "copy" copies a slot into the destination,
+// both on the device and in order with the queued writes. A marker that names a slot this process
+// does not hold as the head says ends the process (ggml's server cannot fail a SET_TENSOR): the
+// worker restarts its RPC server and the head's request fails rather than compute on wrong inputs.
 #pragma once
 
 #include <cstdint>
@@ -16,14 +22,25 @@
 
 namespace tandem::worker {
 
-// Installs the hook and the waits in front of ggml's device calls, for this process. Errors: this
+// Installs the hook and the waits in front of ggml's device calls, for this process; `queue` false
+// leaves the writes to ggml (one wait each) and handles only the reuse markers. Errors: this
 // executable does not interpose `ggml_backend_tensor_set`.
-Status install_input_writes();
+Status install_input_writes(bool queue = true);
 
 // Waits until the queued writes are on the device. Cheap when none are queued.
 void flush_input_writes();
 
 // Writes that went through the queue since the process started (tests and diagnostics).
 uint64_t queued_input_writes();
+
+// The head session whose reuse slots this process holds (0: none yet). Async-signal-safe.
+uint64_t input_reuse_session();
+// Frees the reuse slots if they still belong to `session` (a later session's are kept).
+void release_input_reuse(uint64_t session);
+// Copy markers served since the process started (tests and diagnostics).
+uint64_t input_reuse_copies();
+
+// The exit status of an RPC child that got a reuse marker it could not serve.
+inline constexpr int kInputReuseFailedExit = 4;
 
 }  // namespace tandem::worker

@@ -18,6 +18,7 @@
 
 #include "common/log.h"
 #include "worker/cache_loader.h"
+#include "worker/input_writes.h"
 #include "worker/rpc_server.h"
 
 extern char** environ;
@@ -42,6 +43,9 @@ constexpr uint16_t kNamespacePort = 50052;
 std::string describe_exit(int st) {
   if (WIFEXITED(st) && WEXITSTATUS(st) == kCacheLoadFailedExit) {
     return "stopped because a cached weight could not be loaded (its log line says which and why)";
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == kInputReuseFailedExit) {
+    return "stopped because the head's repeated-input marker named a slot it does not hold (its log line says which)";
   }
   if (WIFEXITED(st)) return "exited with status " + std::to_string(WEXITSTATUS(st));
   if (WIFSIGNALED(st)) return std::string("killed by signal ") + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";

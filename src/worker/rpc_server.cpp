@@ -95,8 +95,13 @@ void relay_output_as_records() {
 // next; a session's freed memory goes back to the system when the worker signals the session's
 // end (the planner reads the worker's free memory), as do the cache loader's staging buffers.
 std::atomic<bool> release_requested{false};
+// The head session that had just ended when the signal came: its reuse slots go, a newer one's stay.
+std::atomic<uint64_t> released_session{0};
 
-void on_release_signal(int) { release_requested = true; }
+void on_release_signal(int) {
+  released_session = input_reuse_session();
+  release_requested = true;
+}
 
 void keep_large_blocks_in_heap() {
   ::mallopt(M_MMAP_MAX, 0);
@@ -110,6 +115,7 @@ void keep_large_blocks_in_heap() {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       if (!release_requested.exchange(false)) continue;
       release_cache_loader();
+      release_input_reuse(released_session.load());
       ::malloc_trim(0);
       const CacheLoaderStats st = take_cache_loader_stats();
       if (st.weights == 0) continue;
@@ -146,7 +152,7 @@ Status run_rpc_server(const RpcServerOptions& o) {
     lo.cache_dir = o.cache_dir;
     TANDEM_RETURN_IF_ERROR(install_cache_loader(lo));
   }
-  if (o.async_input_writes) TANDEM_RETURN_IF_ERROR(install_input_writes());
+  TANDEM_RETURN_IF_ERROR(install_input_writes(o.async_input_writes));
   if (log::format() == log::Format::json) relay_output_as_records();
   const size_t threads = o.threads > 0 ? static_cast<size_t>(o.threads) : static_cast<size_t>(physical_cores());
   ggml_backend_rpc_start_server(o.endpoint.c_str(), cache, threads, devs->size(), devs->data());

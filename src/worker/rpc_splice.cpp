@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/cached_tensor.h"
+#include "common/input_reuse.h"
 #include "common/units.h"
 
 namespace tandem::worker {
@@ -84,6 +85,13 @@ class Session {
         std::lock_guard<std::mutex> lock(mutex_);
         ++result_.cached_loads;
         result_.cached_bytes += m->bytes;
+      }
+    }
+    if (payload > 9 + kReuseMarkerSize) {
+      if (auto m = parse_reuse_marker(p + payload - kReuseMarkerSize, kReuseMarkerSize); m && m->op == ReuseOp::copy) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++result_.input_copies;
+        result_.input_bytes_not_sent += m->bytes;
       }
     }
     return send_all(server_, frame.data(), frame.size());

@@ -27,6 +27,9 @@ struct RpcSpliceResult {
   // keeps sending whole graphs defeats the worker's CUDA graphs (its nodes are new every time).
   uint64_t graph_computes = 0;
   uint64_t graph_recomputes = 0;
+  // Step inputs the head sent as copy markers (common/input_reuse.h), and the bytes they stood for.
+  uint64_t input_copies = 0;
+  uint64_t input_bytes_not_sent = 0;
   std::string error;          // why the splice cut the session itself ("" when a peer ended it)
 };
 

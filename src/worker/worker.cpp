@@ -237,6 +237,10 @@ std::string Worker::serve_rpc(int fd, const link::PeerInfo& peer) {
   if (spliced.graph_computes + spliced.graph_recomputes > 0) {
     out += ", " + std::to_string(spliced.graph_computes) + " graphs sent whole and " + std::to_string(spliced.graph_recomputes) + " re-run";
   }
+  if (spliced.input_copies > 0) {
+    out += ", " + std::to_string(spliced.input_copies) + " repeated inputs copied here (" +
+           format_bytes(spliced.input_bytes_not_sent) + " not sent)";
+  }
   return out;
 }
 

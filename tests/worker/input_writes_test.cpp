@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <vector>
 
+#include "common/input_reuse.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml.h"
@@ -116,6 +118,94 @@ TEST(InputWrites, QueuedWritesAreOnTheGpuBeforeItIsReadOrComputes) {
   EXPECT_EQ(read(ts.t[5]), want);
   ggml_backend_free(backend);
 }
+
+// Input reuse (common/input_reuse.h): a keep marker copies what was just written into a slot, a
+// copy marker copies the slot into its destination; on the CPU here, on the GPU where there is one
+// (queued on the child's stream, so reads and graphs must see it).
+class RepeatedInputs : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    dev_ = GetParam() ? first_gpu() : ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (dev_ == nullptr) GTEST_SKIP() << "no GPU here";
+    ASSERT_TRUE(install_input_writes().is_ok());
+    ts_ = std::make_unique<Tensors>(ggml_backend_dev_buffer_type(dev_));
+    ASSERT_NE(ts_->buffer, nullptr);
+  }
+  std::vector<float> big_values(int seed) const {
+    std::vector<float> v(kBigFloats);
+    for (int j = 0; j < kBigFloats; ++j) v[j] = static_cast<float>(seed * 13 + j % 977);
+    return v;
+  }
+  std::vector<float> read_big(int i) const {
+    std::vector<float> v(kBigFloats);
+    ggml_backend_tensor_get(ts_->big[i], v.data(), 0, sizeof(float) * kBigFloats);
+    return v;
+  }
+  void marker(int i, ReuseOp op, uint32_t slot, uint64_t bytes, uint64_t session, size_t offset = 0, uint32_t drop = 0) {
+    const auto m = encode_reuse_marker({op, slot, bytes, session, drop});
+    ggml_backend_tensor_set(ts_->big[i], m.data(), offset, m.size());
+  }
+  static constexpr uint64_t kBytes = sizeof(float) * kBigFloats;
+  ggml_backend_dev_t dev_ = nullptr;
+  std::unique_ptr<Tensors> ts_;
+};
+
+TEST_P(RepeatedInputs, AKeptInputIsCopiedWhereTheHeadSays) {
+  const uint64_t session = 0x5e55'1001'0000'0000ULL + GetParam();
+  const std::vector<float> a = big_values(1);
+  ggml_backend_tensor_set(ts_->big[0], a.data(), 0, kBytes);
+  marker(0, ReuseOp::keep, 3, kBytes, session);
+  // The kept bytes are the slot's own: overwriting the source changes nothing.
+  const std::vector<float> other = big_values(2);
+  ggml_backend_tensor_set(ts_->big[0], other.data(), 0, kBytes);
+  const uint64_t copies = input_reuse_copies();
+  marker(1, ReuseOp::copy, 3, kBytes, session);
+  marker(2, ReuseOp::copy, 3, kBytes, session);
+  EXPECT_EQ(input_reuse_copies() - copies, 2u);
+  EXPECT_EQ(read_big(1), a);
+  EXPECT_EQ(read_big(2), a);
+  EXPECT_EQ(read_big(0), other);
+
+  // A keep at an offset takes that part only, and its copy lands at the copy's offset.
+  marker(0, ReuseOp::keep, 4, kBytes / 2, session, kBytes / 2);
+  marker(3, ReuseOp::copy, 4, kBytes / 2, session, kBytes / 4);
+  const std::vector<float> got = read_big(3);
+  for (int j = 0; j < kBigFloats / 2; ++j) ASSERT_EQ(got[kBigFloats / 4 + j], other[kBigFloats / 2 + j]) << j;
+
+  // Slots outlive a release for another session, not one for theirs.
+  release_input_reuse(session + 2);
+  marker(4, ReuseOp::copy, 3, kBytes, session);
+  EXPECT_EQ(read_big(4), a);
+  EXPECT_EQ(input_reuse_session(), session);
+  release_input_reuse(session);
+  EXPECT_EXIT(marker(5, ReuseOp::copy, 3, kBytes, session), ::testing::ExitedWithCode(kInputReuseFailedExit),
+              "slot 3 holds 0 B, the head asked for 1.00 MiB");
+}
+
+TEST_P(RepeatedInputs, AMarkerTheChildCannotServeStopsItWithTheReason) {
+  const uint64_t session = 0x5e55'2002'0000'0000ULL + GetParam();
+  const std::vector<float> a = big_values(3);
+  ggml_backend_tensor_set(ts_->big[0], a.data(), 0, kBytes);
+  marker(0, ReuseOp::keep, 1, kBytes, session);
+  // Another session's copy, a slot never kept, a size the slot does not hold, bytes past the tensor.
+  EXPECT_EXIT(marker(1, ReuseOp::copy, 1, kBytes, session + 1), ::testing::ExitedWithCode(kInputReuseFailedExit),
+              "a copy from slot 1 of another session");
+  EXPECT_EXIT(marker(1, ReuseOp::copy, 6, kBytes, session), ::testing::ExitedWithCode(kInputReuseFailedExit),
+              "slot 6 holds 0 B");
+  EXPECT_EXIT(marker(1, ReuseOp::copy, 1, kBytes / 2, session), ::testing::ExitedWithCode(kInputReuseFailedExit),
+              "slot 1 holds 1.00 MiB, the head asked for 512 KiB");
+  EXPECT_EXIT(marker(1, ReuseOp::copy, 1, kBytes, session, 4096), ::testing::ExitedWithCode(kInputReuseFailedExit),
+              "a marker for 1.00 MiB at offset 4096 of tensor");
+  // A keep that drops a slot frees it.
+  marker(0, ReuseOp::keep, 2, kBytes, session, 0, 1u << 1);
+  EXPECT_EXIT(marker(1, ReuseOp::copy, 1, kBytes, session), ::testing::ExitedWithCode(kInputReuseFailedExit),
+              "slot 1 holds 0 B");
+  marker(1, ReuseOp::copy, 2, kBytes, session);
+  EXPECT_EQ(read_big(1), a);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, RepeatedInputs, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Gpu" : "Cpu"; });
 
 }  // namespace
 }  // namespace tandem::worker

@@ -12,6 +12,7 @@
 
 #include "common/build_info.h"
 #include "engine/generate.h"
+#include "engine/rpc_writes.h"
 #include "link/forwarder.h"
 #include "synth/presets.h"
 #include "synth/writer.h"
@@ -80,6 +81,47 @@ TEST_F(Split, TwoWorkersThroughForwardersGiveTheTokensOfOneProcess) {
   auto through = generate(split);
   ASSERT_TRUE(through.is_ok()) << through.status().to_string();
   EXPECT_EQ(through->tokens, reference_);
+}
+
+// A long prompt's sparse-attention inputs repeat in every worker layer: to a tandem worker they
+// cross the link once per step (common/input_reuse.h) and the tokens stay those of one process.
+TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
+  GenerateOptions longer = options(model_);
+  std::string prompt;
+  for (int i = 0; i < 45; ++i) prompt += "the quick brown fox jumps over the lazy dog and keeps running ";
+  longer.prompt = prompt;  // ~630 tokens: two prompt chunks, masks of 1 MiB per layer
+  longer.n_ctx = 1024;
+  longer.n_predict = 8;
+  longer.placement.cpu_weight_repack = false;
+  auto alone = generate(longer);
+  ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+
+  const link::Secret secret = make_secret(dir_.file("cluster.key"));
+  WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
+  ASSERT_TRUE(w.up()) << w.log();
+  uint64_t sent[2] = {0, 0};
+  for (bool reuse : {true, false}) {
+    auto f = forward_to(w, secret);
+    GenerateOptions split = longer;
+    split.placement.rpc_servers = {local(*f)};
+    split.placement.tandem_workers = {local(*f)};
+    split.placement.reuse_inputs = reuse;
+    split.placement.cpu_layers = 1;
+    split.placement.device_layers = {3};
+    const uint64_t copies = AsyncRpcWrites::reused_writes(), spared = AsyncRpcWrites::bytes_not_sent();
+    auto through = generate(split);
+    ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
+    EXPECT_EQ(through->tokens, alone->tokens) << (reuse ? "with" : "without") << " input reuse";
+    sent[reuse] = f->stats().bytes_to_worker;
+    if (reuse) {
+      EXPECT_GE(AsyncRpcWrites::reused_writes() - copies, 4u);  // mask and bias, 2 more layers, first chunk
+      EXPECT_GE(AsyncRpcWrites::bytes_not_sent() - spared, 2u << 20);
+      EXPECT_TRUE(w.wait_log("repeated inputs copied here")) << w.log();
+    } else {
+      EXPECT_EQ(AsyncRpcWrites::reused_writes(), copies);
+    }
+  }
+  EXPECT_LT(sent[1] + (2u << 20), sent[0]) << "with reuse " << sent[1] << " bytes, without " << sent[0];
 }
 
 // The worker's RPC child keeps large blocks in its heap while a head loads (worker/rpc_server.cpp:

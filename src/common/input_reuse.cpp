@@ -1,0 +1,113 @@
+#include "common/input_reuse.h"
+
+#include <cstring>
+
+namespace tandem {
+namespace {
+
+constexpr char kMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'r', 'e', 'u', 's', 'e', '-', 'v', '1', '\n'};
+
+void put(uint8_t* p, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+uint64_t get(const uint8_t* p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+}  // namespace
+
+std::array<uint8_t, kReuseMarkerSize> encode_reuse_marker(const ReuseMarker& m) {
+  std::array<uint8_t, kReuseMarkerSize> out{};
+  std::memcpy(out.data(), kMagic, sizeof kMagic);
+  put(out.data() + 16, static_cast<uint32_t>(m.op), 4);
+  put(out.data() + 20, m.slot, 4);
+  put(out.data() + 24, m.bytes, 8);
+  put(out.data() + 32, m.session, 8);
+  put(out.data() + 40, m.drop, 4);
+  return out;
+}
+
+std::optional<ReuseMarker> parse_reuse_marker(const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (n != kReuseMarkerSize || std::memcmp(p, kMagic, sizeof kMagic) != 0 || get(p + 44, 4) != 0) return std::nullopt;
+  ReuseMarker m;
+  const uint64_t op = get(p + 16, 4);
+  if (op != static_cast<uint32_t>(ReuseOp::keep) && op != static_cast<uint32_t>(ReuseOp::copy)) return std::nullopt;
+  m.op = static_cast<ReuseOp>(op);
+  m.slot = static_cast<uint32_t>(get(p + 20, 4));
+  m.bytes = get(p + 24, 8);
+  m.session = get(p + 32, 8);
+  m.drop = static_cast<uint32_t>(get(p + 40, 4));
+  if (m.slot >= kReuseSlots || m.bytes == 0 || (m.drop >> kReuseSlots) != 0) return std::nullopt;
+  return m;
+}
+
+ReuseTable::ReuseTable(uint64_t session, uint64_t budget) : session_(session), budget_(budget), slots_(kReuseSlots) {}
+
+std::optional<ReuseTable::Route> ReuseTable::route(const void* data, size_t size) {
+  if (size < kReuseMinBytes || size > budget_ / 2) return std::nullopt;
+  ++clock_;
+  // The slot kept from the same address is the likely match; any slot of that size may be one.
+  int hit = -1;
+  for (int pass = 0; pass < 2 && hit < 0; ++pass) {
+    for (size_t i = 0; i < slots_.size() && hit < 0; ++i) {
+      const Slot& s = slots_[i];
+      if (!s.used || s.bytes.size() != size || (s.source == data) != (pass == 0)) continue;
+      if (std::memcmp(s.bytes.data(), data, size) == 0) hit = static_cast<int>(i);
+    }
+  }
+  Route r;
+  r.marker.session = session_;
+  r.marker.bytes = size;
+  if (hit >= 0) {
+    Slot& s = slots_[hit];
+    s.last_use = clock_;
+    s.source = data;
+    ++copies_;
+    saved_ += size;
+    r.marker.op = ReuseOp::copy;
+    r.marker.slot = static_cast<uint32_t>(hit);
+    return r;
+  }
+  // An empty slot if any, else the least recently used; `used_only` skips empty ones.
+  auto lru = [&](int except, bool used_only) {
+    int best = -1;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (static_cast<int>(i) == except) continue;
+      if (!slots_[i].used) {
+        if (used_only) continue;
+        return static_cast<int>(i);
+      }
+      if (best < 0 || slots_[i].last_use < slots_[best].last_use) best = static_cast<int>(i);
+    }
+    return best;
+  };
+  const int victim = lru(-1, false);
+  Slot& v = slots_[victim];
+  held_ -= v.bytes.size();
+  uint32_t drop = 0;
+  // size <= budget / 2, so while this holds some other slot still holds bytes.
+  while (held_ + size > budget_) {
+    const int old = lru(victim, true);
+    Slot& o = slots_[old];
+    held_ -= o.bytes.size();
+    o = Slot{};
+    drop |= 1u << old;
+  }
+  const auto* p = static_cast<const uint8_t*>(data);
+  v.bytes.assign(p, p + size);
+  v.source = data;
+  v.last_use = clock_;
+  v.used = true;
+  held_ += size;
+  r.send_data = true;
+  r.marker.op = ReuseOp::keep;
+  r.marker.slot = static_cast<uint32_t>(victim);
+  r.marker.drop = drop;
+  return r;
+}
+
+}  // namespace tandem

@@ -1,0 +1,79 @@
+// Step inputs that the head writes to a worker several times, sent over the link once.
+//
+// MiniMax-M3's sparse attention reads its per-step inputs (the position mask, the block bias, the
+// position-to-cell map) through a reshaped view in every layer, and ggml's scheduler copies each
+// layer's view into the worker's compute buffer on its own: the same bytes once per worker layer.
+// For a 512-token prompt chunk the position mask is 512 × positions × 4 bytes, 1 MiB at 512
+// positions and 64 MiB at 32k, and 30 worker layers send it 30 times. With input reuse the head
+// (engine/rpc_writes.h) sends such bytes once, followed by a "keep" marker: the worker's RPC child
+// (worker/input_writes.h) copies what was just written into a slot of its own device memory.
+// Every later write of the same bytes goes as a "copy" marker, and the child copies the slot into
+// the destination on the device. A marker travels as the data of an ordinary SET_TENSOR to the
+// destination, so it stays in order with everything else on the connection. Only a tandem worker
+// of this build may receive one (docs/protocol.md): a stock RPC server would store the marker.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace tandem {
+
+// Writes smaller than this are sent as they are: a marker saves little and costs a device copy.
+constexpr size_t kReuseMinBytes = 16 * 1024;
+// Bytes the slots of one worker connection hold at most, on the head (for comparison) and on the
+// worker's device; one input may take at most half. Covers a 512-token chunk's position mask up to
+// 64k positions.
+constexpr uint64_t kReuseBudget = 256ull << 20;
+constexpr uint32_t kReuseSlots = 8;
+
+enum class ReuseOp : uint32_t { keep = 1, copy = 2 };
+
+constexpr size_t kReuseMarkerSize = 48;
+struct ReuseMarker {
+  ReuseOp op = ReuseOp::keep;
+  uint32_t slot = 0;     // < kReuseSlots
+  uint64_t bytes = 0;    // what is kept or copied, starting at the write's offset
+  uint64_t session = 0;  // the head's connection: a new value starts with empty slots
+  uint32_t drop = 0;     // keep only: slots (bit i: slot i) the head no longer counts on, to free
+};
+// "tandem-reuse-v1\n" (16 bytes), op and slot as little-endian u32, bytes and session as u64, drop
+// as u32, 4 bytes of zeros.
+std::array<uint8_t, kReuseMarkerSize> encode_reuse_marker(const ReuseMarker& m);
+// The marker in `data`, or nullopt when the bytes are anything else (or name an unknown op/slot).
+std::optional<ReuseMarker> parse_reuse_marker(const void* data, size_t n);
+
+// The head's view of one worker connection's slots: which bytes each holds (kept here too, so that
+// a match is exact, not a hash). Not thread-safe.
+class ReuseTable {
+ public:
+  explicit ReuseTable(uint64_t session, uint64_t budget = kReuseBudget);
+
+  struct Route {
+    bool send_data = false;  // write the bytes first (then `marker` keeps them), or only `marker`
+    ReuseMarker marker;
+  };
+  // How to send a write of `size` bytes from `data`: nullopt for a plain write (too small, or too
+  // large for the slots). Otherwise the table assumes the caller sends exactly what it says.
+  std::optional<Route> route(const void* data, size_t size);
+
+  uint64_t session() const { return session_; }
+  uint64_t copies() const { return copies_; }            // writes sent as copy markers
+  uint64_t bytes_not_sent() const { return saved_; }     // their bytes
+  uint64_t held_bytes() const { return held_; }
+
+ private:
+  struct Slot {
+    std::vector<uint8_t> bytes;
+    const void* source = nullptr;  // where the kept bytes came from: checked first
+    uint64_t last_use = 0;
+    bool used = false;
+  };
+  uint64_t session_, budget_;
+  std::vector<Slot> slots_;
+  uint64_t clock_ = 0, held_ = 0, copies_ = 0, saved_ = 0;
+};
+
+}  // namespace tandem
