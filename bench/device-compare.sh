@@ -7,6 +7,7 @@
 #   bench/device-compare.sh load               load times only: single and a seeded tandem-split
 #   bench/device-compare.sh writes             bench/device-writes.sh: what per-step input writes cost, ~4 min
 #   bench/device-compare.sh placement          bench/device-placement.sh: the split's cost against the worker's layers, ~3 min
+#   bench/device-compare.sh reuse              bench/device-reuse.sh: what sending repeated inputs once saves a prompt, ~4 min
 # Results and logs go to $OUT (the device tool's output folder) as well as bench/results/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,7 +18,7 @@ export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_
 export TANDEM_CACHE=/tmp/tandem-cache
 model=/tmp/m3-proxy.gguf
 export OUT=$out
-case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load|writes|placement}" in
+case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load|writes|placement|reuse}" in
   build)
     "$root/scripts/device-build.sh" tandem tandem-engine 2>&1 | tail -5
     ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
@@ -38,4 +39,6 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|l
     "$root/bench/device-writes.sh" 2>&1 | tee "$out/writes.txt" ;;
   placement)
     "$root/bench/device-placement.sh" 2>&1 | tee "$out/placement.txt" ;;
+  reuse)
+    "$root/bench/device-reuse.sh" 2>&1 | tee "$out/reuse.txt" ;;
 esac

@@ -1,20 +1,38 @@
-# Sourced by the device scripts (device-writes.sh, device-placement.sh): one tandem-engine one-shot
-# run of $model (540-token prompt, 256 tokens, greedy), printed as one line with a digest of its
-# tokens, so that runs that must agree token for token can be compared by eye. Needs $build,
-# $model and $out.
-prompt=$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog and keeps running'] * 45))")
+# Sourced by the device scripts (device-writes.sh, device-placement.sh, device-reuse.sh): `engine`,
+# one tandem-engine one-shot run of $model ($prompt, 540 tokens unless the script sets it; $n_predict,
+# 256 unless set; greedy), printed as one line with a digest of its tokens, so that runs that must
+# agree token for token can be compared by eye; and `gpu_tests`, the RPC child's GPU tests
+# (tests/worker/input_writes_test.cpp) built by hand, as the device build has no test tree. Needs
+# $root, $build, $model and $out.
+prompt=${prompt:-$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog and keeps running'] * 45))")}
+n_predict=${n_predict:-256}
+context=${context:-4096}
+gpu_tests() {
+  local bin sysroot=/tmp/tandem-dev/sysroot
+  bin=$(dirname "$(sed -n 's/^#define TANDEM_LLAMA_SERVER_EXE "\(.*\)"/\1/p' "$build/generated/common/build_info.h")")
+  if g++ -std=c++17 -O1 -rdynamic -I"$root/src" -I"$root/tests" -I/tmp/tandem-dev/llama/ggml/include -I"$sysroot/usr/include" \
+       "$root/tests/worker/input_writes_test.cpp" "$root/src/worker/input_writes.cpp" "$root/src/common/tensor_set_hook.cpp" \
+       "$root/src/common/status.cpp" "$root/src/common/input_reuse.cpp" "$root/src/common/log.cpp" "$root/src/common/units.cpp" \
+       -L"$bin" -lggml-rpc -lggml -lggml-base -L"$sysroot/usr/lib/x86_64-linux-gnu" -lgtest_main -lgtest -lpthread -ldl \
+       -Wl,-rpath,"$bin" -o "$out/input_writes_test" 2>"$out/input_writes_test.build.log"; then
+    "$out/input_writes_test" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is" | head -20
+  else
+    echo "building the test failed:"; tail -5 "$out/input_writes_test.build.log"
+  fi
+}
 engine() {  # label, engine args...
   local label=$1; shift
   local f="$out/engine-${label//[ ,()]/_}.json"
-  "$build/tandem-engine" engine -m "$model" -c 4096 --prompt "$prompt" -n 256 --ignore-eos --json "$@" >"$f" 2>>"$out/engine.log"
+  "$build/tandem-engine" engine -m "$model" -c "$context" --prompt "$prompt" -n "$n_predict" --ignore-eos --json "$@" >"$f" 2>>"$out/engine.log"
   python3 - "$label" "$f" <<'PY'
 import hashlib, json, sys
 label, path = sys.argv[1], sys.argv[2]
 try:
     j = json.load(open(path))
     digest = hashlib.sha256(json.dumps(j["tokens"]).encode()).hexdigest()[:12]
+    reuse = f"  {j['input_copies']} copies, {j['input_bytes_not_sent'] / 2**20:.0f} MiB not sent" if j.get("input_copies") else ""
     print(f"{label:44s} {j['decode_tps']:6.1f} tok/s decode {1000 / j['decode_tps']:6.2f} ms/token "
-          f"{j['prefill_tps']:6.0f} prefill  load {j['load_s']:5.1f} s  tokens {digest}")
+          f"{j['prefill_tps']:6.0f} prefill  load {j['load_s']:5.1f} s  tokens {digest}{reuse}")
 except Exception:
     print(f"{label:44s} FAILED")
 PY

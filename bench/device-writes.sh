@@ -20,17 +20,10 @@ sysroot=/tmp/tandem-dev/sysroot
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done' EXIT
 
+. "$root/bench/device-engine.sh"
 echo "== GPU tests of the child's queued writes"
-if g++ -std=c++17 -O1 -rdynamic -I"$root/src" -I"$root/tests" -I/tmp/tandem-dev/llama/ggml/include -I"$sysroot/usr/include" \
-     "$root/tests/worker/input_writes_test.cpp" "$root/src/worker/input_writes.cpp" "$root/src/common/tensor_set_hook.cpp" \
-     "$root/src/common/status.cpp" \
-     -L"$bin" -lggml-rpc -lggml -lggml-base -L"$sysroot/usr/lib/x86_64-linux-gnu" -lgtest_main -lgtest -lpthread -ldl \
-     -Wl,-rpath,"$bin" -o "$out/input_writes_test" 2>"$out/input_writes_test.build.log"; then
-  "$out/input_writes_test" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is" | head -20
-else
-  echo "building the test failed:"; tail -5 "$out/input_writes_test.build.log"
-fi
-
+gpu_tests
+echo
 cache=/tmp/writes-worker-cache
 "$build/tandem" worker seed -m "$model" --cache-dir "$cache" --layers 0-29 >"$out/seed.log" 2>&1 || { cat "$out/seed.log"; exit 1; }
 find "$cache" -maxdepth 1 -type f -printf '%f %s\n' | grep -E '^[0-9a-f]+ [0-9]+$' >"$out/listing.txt"
@@ -47,7 +40,6 @@ start_worker 50070
 start_worker 50080 --sync-input-writes
 sleep 1
 
-. "$root/bench/device-engine.sh"
 split() {  # label, worker port, engine flags...
   local label=$1 port=$2; shift 2
   local ep=127.0.0.1:$((port + 1))

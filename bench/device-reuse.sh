@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# What sending repeated inputs once saves a split's prompt processing on one GPU, in one device call
+# (after `device-compare.sh build` and `model`). MiniMax-M3's sparse attention reads its position
+# mask and block bias through a view in every layer, and ggml's scheduler copies each view to the
+# worker: for a 512-token chunk, 512 × positions × 4 bytes per worker layer. To a tandem worker
+# the head sends them once per step (common/input_reuse.h).
+#   1. the GPU tests of the RPC child's queued writes and reuse slots (tests/worker/input_writes_test.cpp);
+#   2. tandem-engine one-shot runs of the 60-layer proxy, prompts of ~540 and ~4000 tokens, 32
+#      tokens after them: one process, and the split 30 + 30 through a seeded `tandem worker` with
+#      input reuse on and off (`--no-input-reuse`). A token digest per run: all must agree.
+# Run it as `bench/device-compare.sh reuse`; logs go to $OUT.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:?run through bench/device-compare.sh reuse}
+build=$root/build-cuda
+model=/tmp/m3-proxy.gguf
+pids=()
+cache=/tmp/reuse-worker-cache
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$cache"' EXIT
+
+context=8192
+n_predict=32
+. "$root/bench/device-engine.sh"
+echo "== GPU tests of the RPC child's queued writes and reuse slots"
+gpu_tests
+echo
+
+"$build/tandem" worker seed -m "$model" --cache-dir "$cache" --layers 0-29 >"$out/seed.log" 2>&1 || { cat "$out/seed.log"; exit 1; }
+find "$cache" -maxdepth 1 -type f -printf '%f %s\n' | grep -E '^[0-9a-f]+ [0-9]+$' >"$out/listing.txt"
+"$build/tandem" secret new -o "$out/cluster.key" >/dev/null
+"$build/tandem" worker --listen 127.0.0.1:50070 --secret-file "$out/cluster.key" --name w --cache-dir "$cache" \
+  >"$out/worker.log" 2>&1 & pids+=($!)
+sleep 2
+"$build/tandem" link forward --to 127.0.0.1:50070 --secret-file "$out/cluster.key" --listen 127.0.0.1:50071 \
+  >"$out/forward.log" 2>&1 & pids+=($!)
+sleep 1
+ep=127.0.0.1:50071
+split() {  # label, engine flags...
+  local label=$1; shift
+  engine "$label" --rpc $ep --worker-cache $ep="$out/listing.txt" --layer-split 30,30 --workers-first "$@"
+}
+sentence='the quick brown fox jumps over the lazy dog and keeps running'
+for repeats in 45 330; do
+  prompt=$(python3 -c "print(' '.join(['$sentence'] * $repeats))")
+  echo "== tandem-engine one-shot, m3-proxy 60 layers, prompt of $repeats sentences (~$((repeats * 12)) tokens), 32 tokens"
+  for round in 1 2; do
+    engine "one process (round $round)"
+    split "split, reuse (round $round)"
+    split "split, no reuse (round $round)" --no-input-reuse
+  done
+done
+grep -h "session ended after [1-9]" "$out/worker.log" | sed 's/.*session ended/worker session/' | tail -4
