@@ -37,10 +37,12 @@ struct Cost {
 
 // A head whose first device is a GPU (or a unified-memory box) still has the CPU's compute buffer
 // in the same memory, next to the GPU's own.
+// A worker's device with sparse layers also holds the repeated-input slots.
 uint64_t device_compute(const ModelCosts& c, const DeviceSpec& spec, bool host, int first, int count, bool output,
                         bool pipeline) {
   if (host && spec.kind == DeviceKind::gpu) return compute_bytes(c, first, count, output, false, pipeline) + c.compute_host;
-  return compute_bytes(c, first, count, output, host, pipeline);
+  const bool sparse = count > 0 && c.sparse_before[first + count] > c.sparse_before[first];
+  return compute_bytes(c, first, count, output, host, pipeline) + (!host && sparse ? c.worker_reuse_slots : 0);
 }
 
 int64_t picoseconds(uint64_t bytes, double bandwidth) {

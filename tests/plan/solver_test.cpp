@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/input_reuse.h"
 #include "ggml.h"
 
 namespace tandem::plan {
@@ -268,6 +269,45 @@ TEST(MemoryModel, SparseLayersAddTheIndexerKeyCache) {
   EXPECT_EQ(c->layers[0].kv, main);                              // leading dense layer: no indexer
   EXPECT_EQ(c->layers[1].kv, main + 256u * (128 * 2 + 64 * 2));  // indexer K (128) and its V row
   EXPECT_TRUE(c->layers[1].sparse);
+}
+
+// A worker holding sparse layers keeps a prompt chunk's position mask in its reuse slots
+// (common/input_reuse.h), up to the head's budget; a dense model, or the head, holds none.
+TEST(MemoryModel, AWorkersSparseLayersHoldTheRepeatedInputSlots) {
+  ModelInfo m = toy_model(10, 10);
+  m.n_layer_dense_lead = 1;
+  m.indexer_n_head = 1;
+  m.indexer_head_size = 128;
+  MemoryOptions o;
+  o.context = 4096;
+  auto c = model_costs(m, o);
+  ASSERT_TRUE(c.is_ok());
+  const uint64_t mask = 4096u * 512 * 4;  // positions x chunk tokens x f32: 8 MiB
+  EXPECT_EQ(c->worker_reuse_slots, (mask + mask / 64) * 5 / 4);
+  o.context = 1u << 20;
+  EXPECT_EQ(model_costs(m, o)->worker_reuse_slots, kReuseBudget * 5 / 4);
+  EXPECT_EQ(model_costs(toy_model(10, 10), o)->worker_reuse_slots, 0u);
+
+  // The worker's share of a plan counts them, the head's does not.
+  o.context = 4096;
+  PlanOptions po = options();
+  po.memory.context = 4096;
+  const std::vector<NodeSpec> nodes = {node("head", 100), node("box-b", 400)};
+  auto plan = solve(m, nodes, po);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+  ASSERT_TRUE(plan->fits) << plan->failure;
+  bool worker_sparse = false;
+  for (const DeviceAssignment& d : plan->devices) {
+    const bool sparse = d.n_layers > 0 && c->sparse_before[d.first_layer + d.n_layers] > c->sparse_before[d.first_layer];
+    const uint64_t base = compute_bytes(c.value(), d.first_layer, d.n_layers, d.output, false, plan->pipeline);
+    if (!d.head && sparse) {
+      worker_sparse = true;
+      EXPECT_EQ(d.compute, base + c->worker_reuse_slots) << d.node;
+    } else if (!d.head) {
+      EXPECT_EQ(d.compute, base) << d.node;
+    }
+  }
+  EXPECT_TRUE(worker_sparse);
 }
 
 }  // namespace
