@@ -69,6 +69,7 @@ void run_one_shot(EngineFlags& f) {
                         {"n_prompt_tokens", r->n_prompt_tokens}, {"load_s", r->load_s},
                         {"prefill_tps", r->prefill_tps}, {"decode_tps", r->decode_tps},
                         {"input_copies", engine::AsyncRpcWrites::reused_writes()},
+                        {"input_copies_identified", engine::AsyncRpcWrites::identified_writes()},
                         {"input_bytes_not_sent", engine::AsyncRpcWrites::bytes_not_sent()}};
     // Generated text may end inside a UTF-8 sequence: replace, never throw.
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

@@ -47,11 +47,18 @@ std::optional<ReuseMarker> parse_reuse_marker(const void* data, size_t n) {
 
 ReuseTable::ReuseTable(uint64_t session, uint64_t budget) : session_(session), budget_(budget), slots_(kReuseSlots) {}
 
-std::optional<ReuseTable::Route> ReuseTable::route(const void* data, size_t size) {
+std::optional<ReuseTable::Route> ReuseTable::route(const void* data, size_t size, const Identity* identity) {
   if (size < kReuseMinBytes || size > budget_ / 2) return std::nullopt;
   ++clock_;
-  // The slot kept from the same address is the likely match; any slot of that size may be one.
   int hit = -1;
+  if (identity != nullptr) {
+    for (size_t i = 0; i < slots_.size() && hit < 0; ++i) {
+      const Slot& s = slots_[i];
+      if (s.used && s.bytes.size() == size && s.identity == *identity) hit = static_cast<int>(i);
+    }
+    if (hit >= 0) ++identified_;
+  }
+  // The slot kept from the same address is the likely match; any slot of that size may be one.
   for (int pass = 0; pass < 2 && hit < 0; ++pass) {
     for (size_t i = 0; i < slots_.size() && hit < 0; ++i) {
       const Slot& s = slots_[i];
@@ -66,6 +73,7 @@ std::optional<ReuseTable::Route> ReuseTable::route(const void* data, size_t size
     Slot& s = slots_[hit];
     s.last_use = clock_;
     s.source = data;
+    if (identity != nullptr) s.identity = *identity;
     ++copies_;
     saved_ += size;
     r.marker.op = ReuseOp::copy;
@@ -100,6 +108,7 @@ std::optional<ReuseTable::Route> ReuseTable::route(const void* data, size_t size
   const auto* p = static_cast<const uint8_t*>(data);
   v.bytes.assign(p, p + size);
   v.source = data;
+  v.identity = identity != nullptr ? *identity : Identity{};
   v.last_use = clock_;
   v.used = true;
   held_ += size;

@@ -51,16 +51,31 @@ class ReuseTable {
  public:
   explicit ReuseTable(uint64_t session, uint64_t budget = kReuseBudget);
 
+  // What the caller knows the bytes to be, when it knows: the same tensor (the viewed tensor and
+  // the offset into it) at the same address, within one run of the scheduler, in which nothing
+  // rewrites its inputs. Two writes with equal identities carry equal bytes without comparing.
+  struct Identity {
+    const void* tensor = nullptr;
+    size_t offset = 0;
+    const void* data = nullptr;
+    uint64_t epoch = 0;
+    bool operator==(const Identity& o) const {
+      return tensor == o.tensor && offset == o.offset && data == o.data && epoch == o.epoch;
+    }
+  };
+
   struct Route {
     bool send_data = false;  // write the bytes first (then `marker` keeps them), or only `marker`
     ReuseMarker marker;
   };
   // How to send a write of `size` bytes from `data`: nullopt for a plain write (too small, or too
   // large for the slots). Otherwise the table assumes the caller sends exactly what it says.
-  std::optional<Route> route(const void* data, size_t size);
+  // `identity` (may be null) lets a repeat be recognised without comparing the bytes.
+  std::optional<Route> route(const void* data, size_t size, const Identity* identity = nullptr);
 
   uint64_t session() const { return session_; }
   uint64_t copies() const { return copies_; }            // writes sent as copy markers
+  uint64_t identified() const { return identified_; }    // ... of which recognised by identity
   uint64_t bytes_not_sent() const { return saved_; }     // their bytes
   uint64_t held_bytes() const { return held_; }
 
@@ -68,12 +83,13 @@ class ReuseTable {
   struct Slot {
     std::vector<uint8_t> bytes;
     const void* source = nullptr;  // where the kept bytes came from: checked first
+    Identity identity;             // the last identity seen with these bytes
     uint64_t last_use = 0;
     bool used = false;
   };
   uint64_t session_, budget_;
   std::vector<Slot> slots_;
-  uint64_t clock_ = 0, held_ = 0, copies_ = 0, saved_ = 0;
+  uint64_t clock_ = 0, held_ = 0, copies_ = 0, identified_ = 0, saved_ = 0;
 };
 
 }  // namespace tandem

@@ -76,6 +76,45 @@ TEST(ReuseTable, TheSameBytesGoOnceThenAsCopies) {
   EXPECT_FALSE(tight.route(large.data(), large.size()).has_value());
 }
 
+// A caller that knows the bytes are a copy of the same tensor within one scheduler run says so,
+// and the table takes its word without comparing: a second epoch, another tensor or another
+// address is compared as usual.
+TEST(ReuseTable, AnIdentityFromTheSameRunNeedsNoComparison) {
+  ReuseTable t(3);
+  const std::vector<uint8_t> mask = bytes(64 * 1024, 5);
+  int tensor = 0;
+  const ReuseTable::Identity id{&tensor, 128, mask.data(), 7};
+  auto first = t.route(mask.data(), mask.size(), &id);
+  ASSERT_TRUE(first && first->send_data);
+  std::vector<uint8_t> differs = mask;
+  differs[100] ^= 1;  // what a comparison would reject: proof that none was made
+  ReuseTable::Identity same = id;
+  same.data = differs.data();
+  auto taken = t.route(differs.data(), differs.size(), &id);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_FALSE(taken->send_data);
+  EXPECT_EQ(taken->marker.slot, first->marker.slot);
+  EXPECT_EQ(t.identified(), 1u);
+  int n = 0;
+  for (auto other : {ReuseTable::Identity{&tensor, 128, mask.data(), 8}, ReuseTable::Identity{&tensor, 256, mask.data(), 7},
+                     ReuseTable::Identity{&same, 128, mask.data(), 7}}) {
+    std::vector<uint8_t> fresh = mask;
+    fresh[200 + n++] ^= 1;
+    auto r = t.route(fresh.data(), fresh.size(), &other);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_TRUE(r->send_data) << "compared, and the bytes differ";
+  }
+  EXPECT_EQ(t.identified(), 1u);
+  // Bytes recognised by comparison take the new identity, so the run's next copy needs none.
+  const ReuseTable::Identity later{&tensor, 0, mask.data(), 9};
+  auto compared = t.route(mask.data(), mask.size(), &later);
+  ASSERT_TRUE(compared.has_value());
+  EXPECT_FALSE(compared->send_data);
+  EXPECT_EQ(t.identified(), 1u);
+  ASSERT_TRUE(t.route(mask.data(), mask.size(), &later).has_value());
+  EXPECT_EQ(t.identified(), 2u);
+}
+
 TEST(ReuseTable, StaysWithinItsBudgetAndSaysWhichSlotsItDropped) {
   const uint64_t budget = 256 * 1024;
   ReuseTable t(7, budget);
