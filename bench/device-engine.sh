@@ -33,6 +33,11 @@ try:
     reuse = f"  {j['input_copies']} copies, {j['input_bytes_not_sent'] / 2**20:.0f} MiB not sent" if j.get("input_copies") else ""
     print(f"{label:44s} {j['decode_tps']:6.1f} tok/s decode {1000 / j['decode_tps']:6.2f} ms/token "
           f"{j['prefill_tps']:6.0f} prefill  load {j['load_s']:5.1f} s  tokens {digest}{reuse}")
+    for phase in ("prefill", "decode"):
+        p = j.get(phase + "_profile")
+        if p and p["runs"] and (p["to_workers_s"] or p["from_workers_s"]):
+            print(f"    {phase:8s} {p['runs']:4d} runs {p['run_s']:7.3f} s in them: to workers {p['to_workers_s']:.3f}, "
+                  f"from workers {p['from_workers_s']:.3f}, to the head's GPU {p['to_local_s']:.3f}")
 except Exception:
     print(f"{label:44s} FAILED")
 PY

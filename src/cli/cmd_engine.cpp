@@ -59,6 +59,11 @@ engine::Placement placement(const EngineFlags& f) {
   return p;
 }
 
+nlohmann::json profile_json(const engine::SplitProfile& p) {
+  return {{"runs", p.runs}, {"run_s", p.run_s}, {"to_workers_s", p.to_workers_s}, {"from_workers_s", p.from_workers_s},
+          {"to_local_s", p.to_local_s}};
+}
+
 void run_one_shot(EngineFlags& f) {
   engine::GenerateOptions& o = f.one_shot;
   o.placement = placement(f);
@@ -70,7 +75,9 @@ void run_one_shot(EngineFlags& f) {
                         {"prefill_tps", r->prefill_tps}, {"decode_tps", r->decode_tps},
                         {"input_copies", engine::AsyncRpcWrites::reused_writes()},
                         {"input_copies_identified", engine::AsyncRpcWrites::identified_writes()},
-                        {"input_bytes_not_sent", engine::AsyncRpcWrites::bytes_not_sent()}};
+                        {"input_bytes_not_sent", engine::AsyncRpcWrites::bytes_not_sent()},
+                        {"prefill_profile", profile_json(r->prefill_profile)},
+                        {"decode_profile", profile_json(r->decode_profile)}};
     // Generated text may end inside a UTF-8 sequence: replace, never throw.
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;

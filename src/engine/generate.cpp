@@ -77,6 +77,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   }
 
   t = Clock::now();
+  SplitProfile mark = split_profile();
   llama_batch batch = llama_batch_get_one(prompt.data(), static_cast<int32_t>(prompt.size()));
   if (int rc = llama_decode(ctx.get(), batch); rc != 0) {
     return Status::internal(with_llama_reason("decoding the prompt failed (llama_decode returned " + std::to_string(rc) + ")"));
@@ -87,6 +88,8 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
     if (i == 0) {
       r.prefill_s = since(t);
       first_token = Clock::now();
+      r.prefill_profile = split_profile() - mark;
+      mark = split_profile();
     }
     if (!o.ignore_eos && llama_vocab_is_eog(vocab, token)) break;
     r.tokens.push_back(token);
@@ -99,6 +102,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   }
   if (!r.tokens.empty()) {
     r.decode_s = since(first_token);
+    r.decode_profile = split_profile() - mark;
     if (r.tokens.size() > 1 && r.decode_s > 0) r.decode_tps = (r.tokens.size() - 1) / r.decode_s;
   }
   if (r.prefill_s > 0) r.prefill_tps = r.n_prompt_tokens / r.prefill_s;

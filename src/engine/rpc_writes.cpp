@@ -1,6 +1,5 @@
 #include "engine/rpc_writes.h"
 
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,6 +12,7 @@
 #include "common/input_reuse.h"
 #include "common/tensor_set_hook.h"
 #include "engine/model_loader.h"
+#include "engine/sched_hooks.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
@@ -33,13 +33,6 @@ struct Connection {
 };
 std::unordered_map<ggml_backend_dev_t, Connection> g_connections;
 std::atomic<unsigned long long> g_writes{0}, g_copies{0}, g_identified{0}, g_bytes_not_sent{0};
-
-// Runs of ggml's scheduler (one per ubatch), counted by the interposer below: within one, nothing
-// rewrites the tensors the scheduler copies from. 0 until the first, when identities are not used.
-std::atomic<uint64_t> g_epoch{0};
-// Set by the tensor-copy interposer around ggml's copy of a host tensor, read by write_async on
-// the same thread: what the bytes being written are.
-thread_local const ReuseTable::Identity* t_identity = nullptr;
 
 uint64_t new_session() {
   std::random_device rd;
@@ -69,7 +62,8 @@ bool write_async(ggml_tensor* tensor, const void* data, size_t offset, size_t si
   if (c.backend == nullptr) return false;
   g_writes.fetch_add(1, std::memory_order_relaxed);
   if (c.reuse != nullptr) {
-    const ReuseTable::Identity* id = t_identity != nullptr && t_identity->data == data ? t_identity : nullptr;
+    const ReuseTable::Identity* id = scheduler_copy_identity();
+    if (id != nullptr && id->data != data) id = nullptr;
     const uint64_t identified = c.reuse->identified();
     if (auto r = c.reuse->route(data, size, id)) {
       if (c.reuse->identified() != identified) g_identified.fetch_add(1, std::memory_order_relaxed);
@@ -119,31 +113,3 @@ unsigned long long AsyncRpcWrites::bytes_not_sent() { return g_bytes_not_sent.lo
 
 }  // namespace tandem::engine
 
-// The scheduler's runs and its copies out of host memory, seen on their way into ggml: each resolves
-// ggml's own function once. libllama calls the first, ggml's scheduler the second (through the
-// symbol table, as for ggml_backend_tensor_set: common/tensor_set_hook.h).
-extern "C" {
-
-enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, struct ggml_cgraph* graph) {
-  using Fn = enum ggml_status (*)(ggml_backend_sched_t, ggml_cgraph*);
-  static Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_sched_graph_compute_async"));
-  tandem::engine::g_epoch.fetch_add(1, std::memory_order_acq_rel);
-  return fn(sched, graph);
-}
-
-void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor* dst) {
-  using Fn = void (*)(const ggml_tensor*, ggml_tensor*);
-  static Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_tensor_copy"));
-  const uint64_t epoch = tandem::engine::g_epoch.load(std::memory_order_acquire);
-  if (epoch == 0 || src->buffer == nullptr || !ggml_backend_buffer_is_host(src->buffer) ||
-      ggml_backend_buffer_get_usage(src->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
-    return fn(src, dst);
-  }
-  const ggml_tensor* base = src->view_src != nullptr ? src->view_src : src;
-  const tandem::ReuseTable::Identity id{base, src->view_src != nullptr ? src->view_offs : 0, src->data, epoch};
-  tandem::engine::t_identity = &id;
-  fn(src, dst);
-  tandem::engine::t_identity = nullptr;
-}
-
-}  // extern "C"

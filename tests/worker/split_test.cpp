@@ -114,6 +114,10 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (reuse ? "with" : "without") << " input reuse";
     sent[reuse] = f->stats().bytes_to_worker;
+    // The scheduler's runs are seen: two prompt chunks, one per generated token after the first.
+    EXPECT_EQ(through->prefill_profile.runs, 2u);
+    EXPECT_EQ(through->decode_profile.runs, static_cast<uint64_t>(longer.n_predict - 1));
+    EXPECT_GT(through->prefill_profile.to_workers_s, 0.0);
     if (reuse) {
       EXPECT_GE(AsyncRpcWrites::reused_writes() - copies, 4u);  // mask and bias, 2 more layers, first chunk
       EXPECT_GE(AsyncRpcWrites::bytes_not_sent() - spared, 2u << 20);

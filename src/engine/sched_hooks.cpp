@@ -1,0 +1,86 @@
+#include "engine/sched_hooks.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "engine/model_loader.h"
+#include "ggml-backend.h"
+
+namespace tandem::engine {
+namespace {
+
+// Runs of ggml's scheduler (one per ubatch). 0 until the first: identities are then not used.
+std::atomic<uint64_t> g_epoch{0};
+thread_local const ReuseTable::Identity* t_identity = nullptr;
+
+std::atomic<uint64_t> g_runs{0}, g_run_ns{0}, g_to_workers_ns{0}, g_from_workers_ns{0}, g_to_local_ns{0};
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+bool in_rpc_buffer(const ggml_tensor* t) {
+  ggml_backend_buffer_t b = t->view_src != nullptr ? t->view_src->buffer : t->buffer;
+  return b != nullptr && is_rpc_device(ggml_backend_buft_get_device(ggml_backend_buffer_get_type(b)));
+}
+
+}  // namespace
+
+const ReuseTable::Identity* scheduler_copy_identity() { return t_identity; }
+
+SplitProfile split_profile() {
+  SplitProfile p;
+  p.runs = g_runs.load();
+  p.run_s = g_run_ns.load() / 1e9;
+  p.to_workers_s = g_to_workers_ns.load() / 1e9;
+  p.from_workers_s = g_from_workers_ns.load() / 1e9;
+  p.to_local_s = g_to_local_ns.load() / 1e9;
+  return p;
+}
+
+SplitProfile operator-(const SplitProfile& a, const SplitProfile& b) {
+  return {a.runs - b.runs, a.run_s - b.run_s, a.to_workers_s - b.to_workers_s, a.from_workers_s - b.from_workers_s,
+          a.to_local_s - b.to_local_s};
+}
+
+}  // namespace tandem::engine
+
+// Each resolves ggml's own function once.
+extern "C" {
+
+enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, struct ggml_cgraph* graph) {
+  using Fn = enum ggml_status (*)(ggml_backend_sched_t, ggml_cgraph*);
+  static Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_sched_graph_compute_async"));
+  using namespace tandem::engine;
+  g_epoch.fetch_add(1, std::memory_order_acq_rel);
+  const uint64_t t0 = now_ns();
+  const enum ggml_status st = fn(sched, graph);
+  g_run_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  g_runs.fetch_add(1, std::memory_order_relaxed);
+  return st;
+}
+
+void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor* dst) {
+  using Fn = void (*)(const ggml_tensor*, ggml_tensor*);
+  static Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_tensor_copy"));
+  using namespace tandem::engine;
+  const bool src_host = src->buffer != nullptr && ggml_backend_buffer_is_host(src->buffer);
+  std::atomic<uint64_t>& bucket = in_rpc_buffer(dst) ? g_to_workers_ns : in_rpc_buffer(src) ? g_from_workers_ns : g_to_local_ns;
+  const uint64_t epoch = g_epoch.load(std::memory_order_acquire);
+  const uint64_t t0 = now_ns();
+  if (epoch == 0 || !src_host || ggml_backend_buffer_get_usage(src->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
+    fn(src, dst);
+  } else {
+    const ggml_tensor* base = src->view_src != nullptr ? src->view_src : src;
+    const tandem::ReuseTable::Identity id{base, src->view_src != nullptr ? src->view_offs : 0, src->data, epoch};
+    t_identity = &id;
+    fn(src, dst);
+    t_identity = nullptr;
+  }
+  bucket.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+}
+
+}  // extern "C"

@@ -1,0 +1,32 @@
+// tandem-engine's view of ggml's scheduler at work, from interposers of two of ggml's functions
+// (as common/tensor_set_hook.h does for ggml_backend_tensor_set: the executable's definitions come
+// first): `ggml_backend_sched_graph_compute_async`, which libllama calls once per ubatch, and
+// `ggml_backend_tensor_copy`, through which the scheduler moves each split's inputs between
+// devices. They tell the input reuse (common/input_reuse.h) what a write is, and say where a
+// split's time goes.
+#pragma once
+
+#include <cstdint>
+
+#include "common/input_reuse.h"
+
+namespace tandem::engine {
+
+// While the scheduler copies a tensor out of host memory: which tensor, at which address, in which
+// of its runs (nothing rewrites a run's inputs during the run). nullptr otherwise, or before the
+// first run was seen. The calling thread's own copy only.
+const ReuseTable::Identity* scheduler_copy_identity();
+
+// Where the scheduler's time went, summed over the process (seconds). `run_s` is spent inside
+// its runs: launching splits, and, on the way, copying their inputs into RPC servers (`to_workers_s`:
+// serialising and queueing, or the reuse markers), out of them (`from_workers_s`: mostly waiting for
+// the worker's compute) and from host memory into local devices (`to_local_s`). The last split's
+// device work runs after the run returns and is not in it.
+struct SplitProfile {
+  uint64_t runs = 0;
+  double run_s = 0, to_workers_s = 0, from_workers_s = 0, to_local_s = 0;
+};
+SplitProfile split_profile();
+SplitProfile operator-(const SplitProfile& a, const SplitProfile& b);
+
+}  // namespace tandem::engine
