@@ -1,7 +1,12 @@
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -24,6 +29,7 @@ struct EngineFlags {
   engine::EngineConfig serve;
   std::string rpc, split;
   std::vector<std::string> worker_caches, tandem_workers;
+  std::string rpc_in_process;
   bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false,
        sync_rpc_writes = false, no_input_reuse = false;
   int verbose = 0;
@@ -67,6 +73,14 @@ nlohmann::json profile_json(const engine::SplitProfile& p) {
 void run_one_shot(EngineFlags& f) {
   engine::GenerateOptions& o = f.one_shot;
   o.placement = placement(f);
+  FILE* out = stdout;
+  if (!f.rpc_in_process.empty()) {
+    // ggml's server prints its log on stdout: the result keeps the real one, the log goes to stderr.
+    std::fflush(stdout);
+    out = ::fdopen(::dup(1), "w");
+    if (out == nullptr || ::dup2(2, 1) < 0) fail(std::string("--rpc-in-process: cannot set stdout aside: ") + std::strerror(errno));
+    if (Status s = engine::start_in_process_rpc_server(f.rpc_in_process, o.threads); !s.is_ok()) fail(s.message());
+  }
   auto r = engine::generate(o);
   if (!r.is_ok()) fail(r.status().message());
   if (f.json) {
@@ -79,11 +93,12 @@ void run_one_shot(EngineFlags& f) {
                         {"prefill_profile", profile_json(r->prefill_profile)},
                         {"decode_profile", profile_json(r->decode_profile)}};
     // Generated text may end inside a UTF-8 sequence: replace, never throw.
-    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::fprintf(out, "%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::fflush(out);
     return;
   }
-  std::printf("%s%s\n", o.prompt.c_str(), r->text.c_str());
-  std::fflush(stdout);
+  std::fprintf(out, "%s%s\n", o.prompt.c_str(), r->text.c_str());
+  std::fflush(out);
   std::fprintf(stderr, "\n%zu tokens generated; load %.2f s, prompt %d tokens at %.1f tok/s, decode %.1f tok/s\n",
                r->tokens.size(), r->load_s, r->n_prompt_tokens, r->prefill_tps, r->decode_tps);
 }
@@ -139,6 +154,9 @@ void register_engine(CLI::App& app) {
                   "(implied by --worker-cache)");
   cmd->add_flag("--no-input-reuse", f.no_input_reuse,
                 "Send every repeated input to --tandem-worker endpoints whole, as to a stock server (for measuring the difference)");
+  cmd->add_option("--rpc-in-process", f.rpc_in_process,
+                  "--prompt: start ggml's RPC server inside this process on HOST:PORT, serving the local GPUs (name it in "
+                  "--rpc too): a split with both halves in one process and one CUDA context, for measurement");
   cmd->add_flag("--sync-rpc-writes", f.sync_rpc_writes,
                 "Write each step's inputs to RPC servers one at a time, waiting on each, as ggml's client does "
                 "(default: queued without waiting; this is for measuring the difference)");
@@ -152,6 +170,11 @@ void register_engine(CLI::App& app) {
     f.serve.scheduler.context = f.one_shot.n_ctx;
     if (socket->count() > 0) return run_server(f);
     run_one_shot(f);
+    if (!f.rpc_in_process.empty()) {
+      // Its server thread never returns: leave without running destructors under it.
+      std::fflush(nullptr);
+      std::_Exit(0);
+    }
   });
 }
 

@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "common/log.h"
 #include "engine/cached_upload.h"
@@ -104,6 +106,24 @@ std::string rpc_endpoint(const char* name) {
   const char* open = std::strchr(name, '[');
   const char* close = open != nullptr ? std::strrchr(open, ']') : nullptr;
   return close != nullptr ? std::string(open + 1, close) : "";
+}
+
+Status start_in_process_rpc_server(const std::string& endpoint, int threads) {
+  llama_backend_init();
+  std::vector<ggml_backend_dev_t> devices;
+  add_local_gpus(&devices);
+  if (devices.empty()) devices.push_back(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU));
+  const size_t n_threads = threads > 0 ? static_cast<size_t>(threads) : 1;
+  std::thread([endpoint, devices, n_threads]() mutable {
+    ggml_backend_rpc_start_server(endpoint.c_str(), nullptr, n_threads, devices.size(), devices.data());
+  }).detach();
+  Status s;
+  for (int i = 0; i < 100; ++i) {
+    s = probe_endpoint(endpoint, 100);
+    if (s.is_ok()) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return s.with_context("the RPC server inside this process did not start");
 }
 
 void ModelDeleter::operator()(llama_model* m) const { llama_model_free(m); }

@@ -72,6 +72,12 @@ bool is_rpc_device(ggml_backend_device* dev);
 // "127.0.0.1:7071"); "" for any other name.
 std::string rpc_endpoint(const char* name);
 
+// Starts ggml's own RPC server inside this process on `endpoint` ("127.0.0.1:PORT"), serving the
+// local GPUs (the CPU when there is none), and waits until it accepts. For measurement only: a split
+// through it keeps both halves in one process and one CUDA context, which separates what two
+// processes sharing a GPU cost from what the RPC path costs. It serves until the process exits.
+Status start_in_process_rpc_server(const std::string& endpoint, int threads);
+
 // Names of the offload devices `placement` would use, in order (e.g. "CUDA0", "RPC0[127.0.0.1:7071]").
 Result<std::vector<std::string>> offload_devices(const Placement& placement);
 

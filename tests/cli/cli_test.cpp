@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/process.h"
 #include "test_util.h"
 
 namespace tandem::cli {
@@ -85,6 +86,28 @@ TEST(Cli, EngineGeneratesFromAPrompt) {
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["tokens"].size(), 6u);
   EXPECT_GT(j["decode_tps"].get<double>(), 0.0);
+}
+
+// A split through ggml's RPC server inside the engine's own process (a measurement switch) gives
+// the tokens of one process, keeps its JSON on stdout apart from the server's log, and counts the
+// scheduler's runs; --tandem-worker must name an --rpc endpoint.
+TEST(Cli, EngineSplitsThroughAnRpcServerInItsOwnProcess) {
+  ScratchDir dir;
+  ASSERT_EQ(run_tandem("synth --preset tiny -o " + dir.file("t.gguf"), dir.file("")).exit_code, 0);
+  const std::string args = "engine --json --no-cpu-repack -m " + dir.file("t.gguf") + " -p 'Once upon a time' -n 6 --ignore-eos";
+  auto alone = run_tandem(args, dir.file(""));
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  const std::string ep = "127.0.0.1:" + std::to_string(tandem::testing::free_port());
+  auto split = run_tandem(args + " --rpc " + ep + " --rpc-in-process " + ep + " --cpu-layers 1 --layer-split 3", dir.file(""));
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  auto a = nlohmann::json::parse(alone.out), b = nlohmann::json::parse(split.out);
+  EXPECT_EQ(b["tokens"], a["tokens"]);
+  EXPECT_EQ(b["decode_profile"]["runs"].get<int>(), 5);
+  EXPECT_GT(b["prefill_profile"]["to_workers_s"].get<double>(), 0.0);
+  EXPECT_NE(split.err.find("Starting RPC server"), std::string::npos) << split.err;
+  auto wrong = run_tandem(args + " --rpc " + ep + " --tandem-worker 127.0.0.1:1", dir.file(""));
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_NE(wrong.err.find("--tandem-worker: '127.0.0.1:1' is not one of the --rpc endpoints"), std::string::npos) << wrong.err;
 }
 
 }  // namespace
