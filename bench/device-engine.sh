@@ -3,7 +3,7 @@
 # 256 unless set; greedy), printed as one line with a digest of its tokens, so that runs that must
 # agree token for token can be compared by eye; and `gpu_tests`, the RPC child's GPU tests
 # (tests/worker/input_writes_test.cpp) built by hand, as the device build has no test tree. Needs
-# $root, $build, $model and $out.
+# $root, $build, $model and $out. `seeded_worker` starts a worker for the scripts that split.
 prompt=${prompt:-$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog and keeps running'] * 45))")}
 n_predict=${n_predict:-256}
 context=${context:-4096}
@@ -19,6 +19,21 @@ gpu_tests() {
   else
     echo "building the test failed:"; tail -5 "$out/input_writes_test.build.log"
   fi
+}
+# A `tandem worker` with a cache seeded from $model (`tandem worker seed` with any extra flags, e.g.
+# --layers 0-29), reached through `tandem link forward` on 127.0.0.1:50071; its cache listing in
+# $out/listing.txt. Needs $pids (killed by the caller's trap).
+seeded_worker() {  # cache folder, seed flags...
+  local cache=$1; shift
+  "$build/tandem" worker seed -m "$model" --cache-dir "$cache" "$@" >"$out/seed.log" 2>&1 || { cat "$out/seed.log"; exit 1; }
+  find "$cache" -maxdepth 1 -type f -printf '%f %s\n' | grep -E '^[0-9a-f]+ [0-9]+$' >"$out/listing.txt"
+  "$build/tandem" secret new -o "$out/cluster.key" >/dev/null
+  "$build/tandem" worker --listen 127.0.0.1:50070 --secret-file "$out/cluster.key" --name w --cache-dir "$cache" \
+    >"$out/worker.log" 2>&1 & pids+=($!)
+  sleep 2
+  "$build/tandem" link forward --to 127.0.0.1:50070 --secret-file "$out/cluster.key" --listen 127.0.0.1:50071 \
+    >"$out/forward.log" 2>&1 & pids+=($!)
+  sleep 1
 }
 engine() {  # label, engine args...
   local label=$1; shift

@@ -17,18 +17,8 @@ pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done' EXIT
 
 [ -f "$model" ] || "$build/tandem" synth --preset m3-proxy --layers $layers -o "$model" >"$out/synth.log" 2>&1
-cache=/tmp/placement-worker-cache
-"$build/tandem" worker seed -m "$model" --cache-dir "$cache" >"$out/seed.log" 2>&1 || { cat "$out/seed.log"; exit 1; }
-find "$cache" -maxdepth 1 -type f -printf '%f %s\n' | grep -E '^[0-9a-f]+ [0-9]+$' >"$out/listing.txt"
-"$build/tandem" secret new -o "$out/cluster.key" >/dev/null
-"$build/tandem" worker --listen 127.0.0.1:50070 --secret-file "$out/cluster.key" --name w --cache-dir "$cache" \
-  >"$out/worker.log" 2>&1 & pids+=($!)
-sleep 2
-"$build/tandem" link forward --to 127.0.0.1:50070 --secret-file "$out/cluster.key" --listen 127.0.0.1:50071 \
-  >"$out/forward.log" 2>&1 & pids+=($!)
-sleep 1
-
 . "$root/bench/device-engine.sh"
+seeded_worker /tmp/placement-worker-cache
 ep=127.0.0.1:50071
 echo "== tandem-engine one-shot, m3-proxy $layers layers, 256 tokens after 540"
 for round in 1 2; do

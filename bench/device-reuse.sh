@@ -25,15 +25,7 @@ echo "== GPU tests of the RPC child's queued writes and reuse slots"
 gpu_tests
 echo
 
-"$build/tandem" worker seed -m "$model" --cache-dir "$cache" --layers 0-29 >"$out/seed.log" 2>&1 || { cat "$out/seed.log"; exit 1; }
-find "$cache" -maxdepth 1 -type f -printf '%f %s\n' | grep -E '^[0-9a-f]+ [0-9]+$' >"$out/listing.txt"
-"$build/tandem" secret new -o "$out/cluster.key" >/dev/null
-"$build/tandem" worker --listen 127.0.0.1:50070 --secret-file "$out/cluster.key" --name w --cache-dir "$cache" \
-  >"$out/worker.log" 2>&1 & pids+=($!)
-sleep 2
-"$build/tandem" link forward --to 127.0.0.1:50070 --secret-file "$out/cluster.key" --listen 127.0.0.1:50071 \
-  >"$out/forward.log" 2>&1 & pids+=($!)
-sleep 1
+seeded_worker "$cache" --layers 0-29
 ep=127.0.0.1:50071
 split() {  # label, engine flags...
   local label=$1; shift

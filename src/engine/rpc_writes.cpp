@@ -112,4 +112,3 @@ unsigned long long AsyncRpcWrites::identified_writes() { return g_identified.loa
 unsigned long long AsyncRpcWrites::bytes_not_sent() { return g_bytes_not_sent.load(); }
 
 }  // namespace tandem::engine
-

@@ -1,7 +1,6 @@
 #include "worker/input_writes.h"
 
 #include <dlfcn.h>
-
 #include <unistd.h>
 
 #include <array>
@@ -106,8 +105,9 @@ ggml_tensor raw_bytes(ggml_backend_buffer_t buffer, void* data, uint64_t bytes) 
 void copy_bytes(ggml_tensor* src, ggml_tensor* dst) {
   DeviceQueue* q = nullptr;
   if (g_queueing.load(std::memory_order_relaxed)) {
-    auto it = g_queues.find(ggml_backend_buffer_get_type(dst->buffer));
-    if (it == g_queues.end()) it = g_queues.emplace(ggml_backend_buffer_get_type(dst->buffer), open_queue(ggml_backend_buffer_get_type(dst->buffer))).first;
+    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(dst->buffer);
+    auto it = g_queues.find(buft);
+    if (it == g_queues.end()) it = g_queues.emplace(buft, open_queue(buft)).first;
     if (it->second.backend != nullptr) q = &it->second;
   }
   if (q == nullptr) {

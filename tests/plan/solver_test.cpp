@@ -256,11 +256,17 @@ TEST(MemoryModel, KvCacheFollowsContextSequencesAndType) {
   EXPECT_FALSE(parse_kv_type("q3_k").is_ok());
 }
 
-TEST(MemoryModel, SparseLayersAddTheIndexerKeyCache) {
-  ModelInfo m = toy_model(3, 1);
+// toy_model with MiniMax-M3's sparse attention in every layer but the first.
+ModelInfo sparse_toy_model(int n_layer, uint64_t layer_mib) {
+  ModelInfo m = toy_model(n_layer, layer_mib);
   m.n_layer_dense_lead = 1;
   m.indexer_n_head = 1;
   m.indexer_head_size = 128;
+  return m;
+}
+
+TEST(MemoryModel, SparseLayersAddTheIndexerKeyCache) {
+  ModelInfo m = sparse_toy_model(3, 1);
   MemoryOptions o;
   o.context = 256;
   auto c = model_costs(m, o);
@@ -274,10 +280,7 @@ TEST(MemoryModel, SparseLayersAddTheIndexerKeyCache) {
 // A worker holding sparse layers keeps a prompt chunk's position mask in its reuse slots
 // (common/input_reuse.h), up to the head's budget; a dense model, or the head, holds none.
 TEST(MemoryModel, AWorkersSparseLayersHoldTheRepeatedInputSlots) {
-  ModelInfo m = toy_model(10, 10);
-  m.n_layer_dense_lead = 1;
-  m.indexer_n_head = 1;
-  m.indexer_head_size = 128;
+  ModelInfo m = sparse_toy_model(10, 10);
   MemoryOptions o;
   o.context = 4096;
   auto c = model_costs(m, o);
