@@ -58,6 +58,7 @@ std::optional<ReuseTable::Route> ReuseTable::route(const void* data, size_t size
     }
     if (hit >= 0) ++identified_;
   }
+  const bool identified = hit >= 0;
   // The slot kept from the same address is the likely match; any slot of that size may be one.
   for (int pass = 0; pass < 2 && hit < 0; ++pass) {
     for (size_t i = 0; i < slots_.size() && hit < 0; ++i) {
@@ -76,6 +77,7 @@ std::optional<ReuseTable::Route> ReuseTable::route(const void* data, size_t size
     if (identity != nullptr) s.identity = *identity;
     ++copies_;
     saved_ += size;
+    r.identified = identified;
     r.marker.op = ReuseOp::copy;
     r.marker.slot = static_cast<uint32_t>(hit);
     return r;

@@ -65,7 +65,8 @@ class ReuseTable {
   };
 
   struct Route {
-    bool send_data = false;  // write the bytes first (then `marker` keeps them), or only `marker`
+    bool send_data = false;   // write the bytes first (then `marker` keeps them), or only `marker`
+    bool identified = false;  // a copy recognised by its identity, without comparing bytes
     ReuseMarker marker;
   };
   // How to send a write of `size` bytes from `data`: nullopt for a plain write (too small, or too

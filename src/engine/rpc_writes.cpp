@@ -64,9 +64,8 @@ bool write_async(ggml_tensor* tensor, const void* data, size_t offset, size_t si
   if (c.reuse != nullptr) {
     const ReuseTable::Identity* id = scheduler_copy_identity();
     if (id != nullptr && id->data != data) id = nullptr;
-    const uint64_t identified = c.reuse->identified();
     if (auto r = c.reuse->route(data, size, id)) {
-      if (c.reuse->identified() != identified) g_identified.fetch_add(1, std::memory_order_relaxed);
+      if (r->identified) g_identified.fetch_add(1, std::memory_order_relaxed);
       if (r->send_data) ggml_backend_tensor_set_async(c.backend, tensor, data, offset, size);
       const auto marker = encode_reuse_marker(r->marker);
       ggml_backend_tensor_set_async(c.backend, tensor, marker.data(), offset, marker.size());

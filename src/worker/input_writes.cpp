@@ -132,7 +132,8 @@ void free_slot(Slot& s) {
 // and computing on would use wrong inputs. Ends the process, as a failed cached load does.
 [[noreturn]] void reuse_failed(const std::string& why) {
   log::error("rpc-server", "repeated input: " + why + "; the RPC server stops rather than compute with a wrong input "
-                           "(the worker restarts it)");
+                           "(the worker restarts it). Head and worker should run the same tandem build (`tandem doctor` "
+                           "checks); if they do, this is a bug: report this line");
   std::fflush(nullptr);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // see cache_loader.cpp
   ::_exit(kInputReuseFailedExit);

@@ -93,6 +93,7 @@ TEST(ReuseTable, AnIdentityFromTheSameRunNeedsNoComparison) {
   auto taken = t.route(differs.data(), differs.size(), &id);
   ASSERT_TRUE(taken.has_value());
   EXPECT_FALSE(taken->send_data);
+  EXPECT_TRUE(taken->identified);
   EXPECT_EQ(taken->marker.slot, first->marker.slot);
   EXPECT_EQ(t.identified(), 1u);
   int n = 0;
@@ -110,6 +111,7 @@ TEST(ReuseTable, AnIdentityFromTheSameRunNeedsNoComparison) {
   auto compared = t.route(mask.data(), mask.size(), &later);
   ASSERT_TRUE(compared.has_value());
   EXPECT_FALSE(compared->send_data);
+  EXPECT_FALSE(compared->identified);
   EXPECT_EQ(t.identified(), 1u);
   ASSERT_TRUE(t.route(mask.data(), mask.size(), &later).has_value());
   EXPECT_EQ(t.identified(), 2u);

@@ -211,7 +211,9 @@ TEST(Seed, ASecondLoadTakesTheWeightHashesFromTheMemo) {
     EXPECT_TRUE(forwarder->wait_until_up(link::Millis(10000))) << what;
     auto r = engine::generate(split);
     EXPECT_TRUE(r.is_ok()) << what << ": " << r.status().to_string() << "\n" << w.log();
-    if (r.is_ok()) EXPECT_EQ(r->tokens, alone->tokens) << what;
+    if (r.is_ok()) {
+      EXPECT_EQ(r->tokens, alone->tokens) << what;
+    }
     return engine::last_cached_upload_stats();
   };
 
