@@ -1,24 +1,31 @@
 # Sourced by the device scripts (device-writes.sh, device-placement.sh, device-reuse.sh): `engine`,
 # one tandem-engine one-shot run of $model ($prompt, 540 tokens unless the script sets it; $n_predict,
 # 256 unless set; greedy), printed as one line with a digest of its tokens, so that runs that must
-# agree token for token can be compared by eye; and `gpu_tests`, the RPC child's GPU tests
-# (tests/worker/input_writes_test.cpp) built by hand, as the device build has no test tree. Needs
+# agree token for token can be compared by eye; and `gpu_tests`, the GPU tests of the RPC child's
+# queued writes and of the head's queued local copies (tests/worker/input_writes_test.cpp,
+# tests/engine/local_inputs_test.cpp) built by hand, as the device build has no test tree. Needs
 # $root, $build, $model and $out. `seeded_worker` starts a worker for the scripts that split.
 prompt=${prompt:-$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog and keeps running'] * 45))")}
 n_predict=${n_predict:-256}
 context=${context:-4096}
 gpu_tests() {
-  local bin sysroot=/tmp/tandem-dev/sysroot
+  local bin sysroot=/tmp/tandem-dev/sysroot name
   bin=$(dirname "$(sed -n 's/^#define TANDEM_LLAMA_SERVER_EXE "\(.*\)"/\1/p' "$build/generated/common/build_info.h")")
-  if g++ -std=c++17 -O1 -rdynamic -I"$root/src" -I"$root/tests" -I/tmp/tandem-dev/llama/ggml/include -I"$sysroot/usr/include" \
-       "$root/tests/worker/input_writes_test.cpp" "$root/src/worker/input_writes.cpp" "$root/src/common/tensor_set_hook.cpp" \
-       "$root/src/common/status.cpp" "$root/src/common/input_reuse.cpp" "$root/src/common/log.cpp" "$root/src/common/units.cpp" \
-       -L"$bin" -lggml-rpc -lggml -lggml-base -L"$sysroot/usr/lib/x86_64-linux-gnu" -lgtest_main -lgtest -lpthread -ldl \
-       -Wl,-rpath,"$bin" -o "$out/input_writes_test" 2>"$out/input_writes_test.build.log"; then
-    "$out/input_writes_test" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is" | head -20
-  else
-    echo "building the test failed:"; tail -5 "$out/input_writes_test.build.log"
-  fi
+  local -A sources=(
+    [input_writes_test]="tests/worker/input_writes_test.cpp src/worker/input_writes.cpp src/common/tensor_set_hook.cpp src/common/status.cpp src/common/log.cpp src/common/units.cpp"
+    [local_inputs_test]="tests/engine/local_inputs_test.cpp src/engine/local_inputs.cpp src/engine/sched_hooks.cpp src/engine/ggml_devices.cpp"
+  )
+  for name in input_writes_test local_inputs_test; do
+    # shellcheck disable=SC2086 # word splitting of the source lists is intended
+    if (cd "$root" && g++ -std=c++17 -O1 -rdynamic -Isrc -Itests -I/tmp/tandem-dev/llama/ggml/include -I"$sysroot/usr/include" \
+         ${sources[$name]} src/common/device_stream.cpp src/common/input_reuse.cpp \
+         -L"$bin" -lggml-rpc -lggml -lggml-base -L"$sysroot/usr/lib/x86_64-linux-gnu" -lgtest_main -lgtest -lpthread -ldl \
+         -Wl,-rpath,"$bin" -o "$out/$name") 2>"$out/$name.build.log"; then
+      "$out/$name" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|element" | head -20
+    else
+      echo "building $name failed:"; tail -5 "$out/$name.build.log"
+    fi
+  done
 }
 # A `tandem worker` with a cache seeded from $model (`tandem worker seed` with any extra flags, e.g.
 # --layers 0-29), reached through `tandem link forward` on 127.0.0.1:50071; its cache listing in
@@ -46,11 +53,14 @@ try:
     j = json.load(open(path))
     digest = hashlib.sha256(json.dumps(j["tokens"]).encode()).hexdigest()[:12]
     reuse = f"  {j['input_copies']} copies, {j['input_bytes_not_sent'] / 2**20:.0f} MiB not sent" if j.get("input_copies") else ""
+    if j.get("local_inputs_staged"):
+        reuse += (f"  local: {j['local_inputs_staged']} staged, {j['local_inputs_repeated']} repeated, "
+                  f"{j['local_input_bytes_not_copied'] / 2**20:.0f} MiB not copied")
     print(f"{label:44s} {j['decode_tps']:6.1f} tok/s decode {1000 / j['decode_tps']:6.2f} ms/token "
           f"{j['prefill_tps']:6.0f} prefill  load {j['load_s']:5.1f} s  tokens {digest}{reuse}")
     for phase in ("prefill", "decode"):
         p = j.get(phase + "_profile")
-        if p and p["runs"] and (p["to_workers_s"] or p["from_workers_s"]):
+        if p and p["runs"]:
             print(f"    {phase:8s} {p['runs']:4d} runs {p['run_s']:7.3f} s in them: to workers {p['to_workers_s']:.3f}, "
                   f"from workers {p['from_workers_s']:.3f}, to the head's GPU {p['to_local_s']:.3f}")
 except Exception:

@@ -13,6 +13,7 @@
 #include "common/strings.h"
 #include "engine/generate.h"
 #include "engine/llama_log.h"
+#include "engine/local_inputs.h"
 #include "engine/rpc_writes.h"
 #include "engine/server.h"
 
@@ -31,7 +32,7 @@ struct EngineFlags {
   std::vector<std::string> worker_caches, tandem_workers;
   std::string rpc_in_process;
   bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false,
-       sync_rpc_writes = false, no_input_reuse = false;
+       sync_rpc_writes = false, no_input_reuse = false, sync_local_inputs = false;
   int verbose = 0;
 };
 
@@ -55,6 +56,7 @@ engine::Placement placement(const EngineFlags& f) {
     p.tandem_workers.insert(w);
   }
   p.reuse_inputs = !f.no_input_reuse;
+  p.queue_local_inputs = !f.sync_local_inputs;
   for (const std::string& n : split_commas(f.split)) {
     try {
       p.device_layers.push_back(std::stoi(n));
@@ -90,6 +92,9 @@ void run_one_shot(EngineFlags& f) {
                         {"input_copies", engine::AsyncRpcWrites::reused_writes()},
                         {"input_copies_identified", engine::AsyncRpcWrites::identified_writes()},
                         {"input_bytes_not_sent", engine::AsyncRpcWrites::bytes_not_sent()},
+                        {"local_inputs_staged", engine::LocalInputCopies::staged()},
+                        {"local_inputs_repeated", engine::LocalInputCopies::repeated()},
+                        {"local_input_bytes_not_copied", engine::LocalInputCopies::bytes_not_copied()},
                         {"prefill_profile", profile_json(r->prefill_profile)},
                         {"decode_profile", profile_json(r->decode_profile)}};
     // Generated text may end inside a UTF-8 sequence: replace, never throw.
@@ -160,6 +165,9 @@ void register_engine(CLI::App& app) {
   cmd->add_flag("--sync-rpc-writes", f.sync_rpc_writes,
                 "Write each step's inputs to RPC servers one at a time, waiting on each, as ggml's client does "
                 "(default: queued without waiting; this is for measuring the difference)");
+  cmd->add_flag("--sync-local-inputs", f.sync_local_inputs,
+                "Copy each step's inputs into this machine's GPUs one at a time, waiting on each, as ggml's scheduler does "
+                "(default: queued, an input repeated across layers copied from host memory once; for measuring the difference)");
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine (GGML_CUDA_DISABLE_GRAPHS=1)");
   cmd->add_flag("--json", f.json, "--prompt: print the result as JSON (text, tokens, timings)");
   cmd->add_flag("-v,--verbose", f.verbose, "Show libllama's log (-v warnings, -vv everything)");

@@ -6,6 +6,7 @@
 
 #include "common/cpu_cores.h"
 #include "engine/llama_log.h"
+#include "engine/local_inputs.h"
 #include "engine/rpc_writes.h"
 #include "llama.h"
 
@@ -52,6 +53,8 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   cp.no_perf = true;
   std::unique_ptr<AsyncRpcWrites> rpc_writes;
   if (!o.placement.rpc_servers.empty() && o.placement.async_rpc_writes) rpc_writes = std::make_unique<AsyncRpcWrites>(reuse_endpoints(o.placement));
+  std::unique_ptr<LocalInputCopies> local_inputs;
+  if (o.placement.queue_local_inputs) local_inputs = std::make_unique<LocalInputCopies>();
   std::unique_ptr<llama_context, ContextDeleter> ctx(llama_init_from_model(model.get(), cp));
   if (!ctx) return Status::resource_exhausted(with_llama_reason(o.model + ": creating a context of " + std::to_string(o.n_ctx) + " tokens failed"));
 

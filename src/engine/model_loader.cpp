@@ -96,11 +96,6 @@ Result<std::vector<ggml_backend_dev_t>> collect_devices(const Placement& p) {
 
 }  // namespace
 
-bool is_rpc_device(ggml_backend_dev_t dev) {
-  ggml_backend_reg_t reg = dev != nullptr ? ggml_backend_dev_backend_reg(dev) : nullptr;
-  return reg != nullptr && std::strcmp(ggml_backend_reg_name(reg), "RPC") == 0;
-}
-
 std::string rpc_endpoint(const char* name) {
   if (name == nullptr || std::strncmp(name, "RPC", 3) != 0) return "";
   const char* open = std::strchr(name, '[');

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/ggml_devices.h"
 
 struct llama_model;
 struct ggml_backend_device;
@@ -49,6 +50,10 @@ struct Placement {
   // RPC server, which would store the markers as data. Needs `async_rpc_writes`.
   std::set<std::string> tandem_workers;
   bool reuse_inputs = true;  // off only to measure what input reuse saves
+  // The scheduler's copies of each step's inputs into this machine's GPUs are queued, each
+  // distinct input copied from host memory once per split (engine/local_inputs.h). Off only to
+  // measure what that saves.
+  bool queue_local_inputs = true;
 };
 
 // The endpoints to which a step's repeated inputs go as markers under `p`.
@@ -66,8 +71,6 @@ struct ModelDeleter {
 };
 using ModelPtr = std::unique_ptr<llama_model, ModelDeleter>;
 
-// True for the devices of ggml's RPC backend (remote servers), whatever their endpoint.
-bool is_rpc_device(ggml_backend_device* dev);
 // The endpoint in the name of an RPC device or buffer type ("RPC0[127.0.0.1:7071]" ->
 // "127.0.0.1:7071"); "" for any other name.
 std::string rpc_endpoint(const char* name);

@@ -5,7 +5,8 @@
 #include <atomic>
 #include <chrono>
 
-#include "engine/model_loader.h"
+#include "engine/local_inputs.h"
+#include "engine/ggml_devices.h"
 #include "ggml-backend.h"
 
 namespace tandem::engine {
@@ -14,6 +15,7 @@ namespace {
 // Runs of ggml's scheduler (one per ubatch). 0 until the first: identities are then not used.
 std::atomic<uint64_t> g_epoch{0};
 thread_local const ReuseTable::Identity* t_identity = nullptr;
+thread_local bool t_in_run = false;  // inside a run of the scheduler: its copies are split inputs
 
 std::atomic<uint64_t> g_runs{0}, g_run_ns{0}, g_to_workers_ns{0}, g_from_workers_ns{0}, g_to_local_ns{0};
 
@@ -30,6 +32,8 @@ bool in_rpc_buffer(const ggml_tensor* t) {
 }  // namespace
 
 const ReuseTable::Identity* scheduler_copy_identity() { return t_identity; }
+
+bool in_scheduler_run() { return t_in_run; }
 
 SplitProfile split_profile() {
   SplitProfile p;
@@ -56,8 +60,11 @@ enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sch
   static Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_sched_graph_compute_async"));
   using namespace tandem::engine;
   g_epoch.fetch_add(1, std::memory_order_acq_rel);
+  local_inputs_new_run();
   const uint64_t t0 = now_ns();
+  t_in_run = true;
   const enum ggml_status st = fn(sched, graph);
+  t_in_run = false;
   g_run_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   g_runs.fetch_add(1, std::memory_order_relaxed);
   return st;
@@ -71,14 +78,17 @@ void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor*
   std::atomic<uint64_t>& bucket = in_rpc_buffer(dst) ? g_to_workers_ns : in_rpc_buffer(src) ? g_from_workers_ns : g_to_local_ns;
   const uint64_t epoch = g_epoch.load(std::memory_order_acquire);
   const uint64_t t0 = now_ns();
-  if (epoch == 0 || !src_host || ggml_backend_buffer_get_usage(src->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
+  if (!src_host || ggml_backend_buffer_get_usage(src->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
     fn(src, dst);
   } else {
     const ggml_tensor* base = src->view_src != nullptr ? src->view_src : src;
     const tandem::ReuseTable::Identity id{base, src->view_src != nullptr ? src->view_offs : 0, src->data, epoch};
-    t_identity = &id;
-    fn(src, dst);
-    t_identity = nullptr;
+    const tandem::ReuseTable::Identity* known = epoch != 0 ? &id : nullptr;
+    if (!t_in_run || !copy_local_input(src, dst, known)) {
+      t_identity = known;
+      fn(src, dst);
+      t_identity = nullptr;
+    }
   }
   bucket.fetch_add(now_ns() - t0, std::memory_order_relaxed);
 }

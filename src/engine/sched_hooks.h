@@ -2,8 +2,8 @@
 // (as common/tensor_set_hook.h does for ggml_backend_tensor_set: the executable's definitions come
 // first): `ggml_backend_sched_graph_compute_async`, which libllama calls once per ubatch, and
 // `ggml_backend_tensor_copy`, through which the scheduler moves each split's inputs between
-// devices. They tell the input reuse (common/input_reuse.h) what a write is, and say where a
-// split's time goes.
+// devices. They tell the input reuse (common/input_reuse.h) what a write is, hand the copies into
+// the head's own GPUs to engine/local_inputs.h, and say where a split's time goes.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,9 @@ namespace tandem::engine {
 // of its runs (nothing rewrites a run's inputs during the run). nullptr otherwise, or before the
 // first run was seen. The calling thread's own copy only.
 const ReuseTable::Identity* scheduler_copy_identity();
+
+// True while the calling thread is inside a run of the scheduler.
+bool in_scheduler_run();
 
 // Where the scheduler's time went, summed over the process (seconds). `run_s` is spent inside
 // its runs: launching splits, and, on the way, copying their inputs into RPC servers (`to_workers_s`:

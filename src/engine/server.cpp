@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "engine/local_inputs.h"
 #include "engine/rpc_writes.h"
 #include "engine/unix_socket.h"
 #include "plan/model_info.h"
@@ -131,6 +132,7 @@ class Server {
   double last_broadcast_fraction_ = -1;     // guarded by mutex_
   ModelPtr model_;                          // written once by the loader, before scheduler_
   std::unique_ptr<AsyncRpcWrites> rpc_writes_;  // with RPC servers; written by the loader, outlives scheduler_
+  std::unique_ptr<LocalInputCopies> local_inputs_;  // written by the loader, outlives scheduler_
   std::unique_ptr<Scheduler> scheduler_;    // guarded by mutex_; set once, reset only after the readers are joined
   std::vector<std::shared_ptr<Connection>> connections_;  // guarded by mutex_
 };
@@ -182,6 +184,7 @@ void Server::load() {
   if (!config_.load.placement.rpc_servers.empty() && config_.load.placement.async_rpc_writes) {
     rpc_writes_ = std::make_unique<AsyncRpcWrites>(reuse_endpoints(config_.load.placement));
   }
+  if (config_.load.placement.queue_local_inputs) local_inputs_ = std::make_unique<LocalInputCopies>();
   auto scheduler = Scheduler::create(model_.get(), config_.scheduler);
   if (!scheduler.is_ok()) return set_failed(scheduler.status().message());
   {

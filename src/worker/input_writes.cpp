@@ -13,6 +13,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/device_stream.h"
 #include "common/input_reuse.h"
 #include "common/log.h"
 #include "common/tensor_set_hook.h"
@@ -27,13 +28,9 @@ constexpr size_t kMaxWrite = size_t{1} << 20;
 constexpr size_t kArenaBytes = size_t{8} << 20;
 constexpr size_t kAlign = 256;
 
-// One per device buffer type: a backend of our own (its stream carries the queued copies) and
-// page-locked memory the copies read from (a copy from pageable memory would wait for the
-// stream first, which is the wait this exists to avoid).
+// One per device buffer type (common/device_stream.h); its stream carries the queued copies.
 struct DeviceQueue {
-  ggml_backend_t backend = nullptr;  // nullptr: writes to this buffer type are not queued
-  ggml_backend_buffer_t arena = nullptr;
-  uint8_t* base = nullptr;
+  DeviceStream stream;  // no backend: writes to this buffer type are not queued
   size_t used = 0;
   bool pending = false;
 };
@@ -60,45 +57,14 @@ void flush_locked() {
   for (auto& entry : g_queues) {
     DeviceQueue& q = entry.second;
     if (!q.pending) continue;
-    ggml_backend_synchronize(q.backend);
+    ggml_backend_synchronize(q.stream.backend);
     q.pending = false;
     q.used = 0;
   }
   g_pending.store(false, std::memory_order_release);
 }
 
-DeviceQueue open_queue(ggml_backend_buffer_type_t buft) {
-  DeviceQueue q;
-  ggml_backend_dev_t dev = ggml_backend_buft_get_device(buft);
-  if (dev == nullptr || ggml_backend_dev_buffer_type(dev) != buft) return q;
-  const auto type = ggml_backend_dev_type(dev);
-  if (type != GGML_BACKEND_DEVICE_TYPE_GPU && type != GGML_BACKEND_DEVICE_TYPE_IGPU) return q;
-  ggml_backend_buffer_type_t host = ggml_backend_dev_host_buffer_type(dev);
-  if (host == nullptr) return q;
-  q.arena = ggml_backend_buft_alloc_buffer(host, kArenaBytes);
-  if (q.arena == nullptr) return q;
-  q.backend = ggml_backend_dev_init(dev, nullptr);
-  if (q.backend == nullptr) {
-    ggml_backend_buffer_free(q.arena);
-    q.arena = nullptr;
-    return q;
-  }
-  q.base = static_cast<uint8_t*>(ggml_backend_buffer_get_base(q.arena));
-  return q;
-}
-
-// `bytes` bytes at `data` in `buffer`, as a tensor that ggml's copies accept.
-ggml_tensor raw_bytes(ggml_backend_buffer_t buffer, void* data, uint64_t bytes) {
-  ggml_tensor t{};
-  t.type = GGML_TYPE_I8;
-  t.buffer = buffer;
-  t.data = data;
-  t.ne[0] = static_cast<int64_t>(bytes);
-  t.ne[1] = t.ne[2] = t.ne[3] = 1;
-  t.nb[0] = 1;
-  t.nb[1] = t.nb[2] = t.nb[3] = bytes;
-  return t;
-}
+DeviceQueue open_queue(ggml_backend_buffer_type_t buft) { return DeviceQueue{open_device_stream(buft, kArenaBytes, false)}; }
 
 // A device-to-device copy, queued behind the queued writes on that device's stream when there is
 // one; otherwise after them, waiting.
@@ -108,14 +74,14 @@ void copy_bytes(ggml_tensor* src, ggml_tensor* dst) {
     ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(dst->buffer);
     auto it = g_queues.find(buft);
     if (it == g_queues.end()) it = g_queues.emplace(buft, open_queue(buft)).first;
-    if (it->second.backend != nullptr) q = &it->second;
+    if (it->second.stream.backend != nullptr) q = &it->second;
   }
   if (q == nullptr) {
     if (g_pending.load(std::memory_order_relaxed)) flush_locked();
     ggml_backend_tensor_copy(src, dst);
     return;
   }
-  ggml_backend_tensor_copy_async(q->backend, q->backend, src, dst);
+  ggml_backend_tensor_copy_async(q->stream.backend, q->stream.backend, src, dst);
   q->pending = true;
   g_pending.store(true, std::memory_order_relaxed);
 }
@@ -198,7 +164,7 @@ bool queue_write(ggml_tensor* tensor, const void* data, size_t offset, size_t si
     ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(buf);
     auto it = g_queues.find(buft);
     if (it == g_queues.end()) it = g_queues.emplace(buft, open_queue(buft)).first;
-    if (it->second.backend != nullptr) q = &it->second;
+    if (it->second.stream.backend != nullptr) q = &it->second;
   }
   if (q == nullptr) {
     // ggml writes this one itself, on another stream: what was queued goes first.
@@ -206,9 +172,9 @@ bool queue_write(ggml_tensor* tensor, const void* data, size_t offset, size_t si
     return false;
   }
   if (q->used + size > kArenaBytes) flush_locked();
-  uint8_t* staged = q->base + q->used;
+  uint8_t* staged = q->stream.base + q->used;
   std::memcpy(staged, data, size);
-  ggml_backend_tensor_set_async(q->backend, tensor, staged, offset, size);
+  ggml_backend_tensor_set_async(q->stream.backend, tensor, staged, offset, size);
   q->used += (size + kAlign - 1) / kAlign * kAlign;
   q->pending = true;
   g_pending.store(true, std::memory_order_relaxed);

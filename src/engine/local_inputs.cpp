@@ -1,0 +1,205 @@
+#include "engine/local_inputs.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/device_stream.h"
+#include "engine/sched_hooks.h"
+#include "ggml-backend.h"
+#include "ggml.h"
+
+namespace tandem::engine {
+namespace {
+
+// A decode step's copies are a few hundred bytes each; a long prompt's masks a few MiB per chunk.
+constexpr size_t kArenaBytes = size_t{32} << 20;
+constexpr size_t kMaxStaged = size_t{16} << 20;
+constexpr size_t kAlign = 256;
+
+// The bytes a scheduler copy reads: nothing rewrites them during its run (sched_hooks.h).
+struct Key {
+  const void* tensor;
+  uint64_t offset;
+  const void* data;
+  uint64_t bytes;
+  bool operator==(const Key& o) const {
+    return tensor == o.tensor && offset == o.offset && data == o.data && bytes == o.bytes;
+  }
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    return std::hash<const void*>()(k.data) ^ (std::hash<uint64_t>()(k.bytes) * 31) ^ (std::hash<uint64_t>()(k.offset) * 131);
+  }
+};
+struct First {
+  ggml_backend_buffer_t buffer;
+  void* data;
+};
+
+// One per GPU buffer type. `firsts` holds the current split's first copies; they stay intact until
+// the split's graph, which comes after every copy on the device's stream, runs.
+struct Queue {
+  DeviceStream stream;
+  ggml_backend_dev_t dev = nullptr;
+  size_t used = 0;
+  bool pending = false;  // copies queued since the device's stream last waited for the queue
+  std::unordered_map<Key, First, KeyHash> firsts;
+};
+
+std::mutex g_mutex;
+std::atomic<bool> g_on{false};
+std::unordered_map<ggml_backend_buffer_type_t, Queue> g_queues;  // under g_mutex
+std::atomic<uint64_t> g_staged{0}, g_repeated{0}, g_bytes_not_copied{0}, g_launches{0};
+
+// What ggml_backend_tensor_copy asserts before copying raw bytes.
+bool same_layout(const ggml_tensor* a, const ggml_tensor* b) {
+  if (a->type != b->type) return false;
+  for (int i = 0; i < GGML_MAX_DIMS; ++i) {
+    if (a->ne[i] != b->ne[i] || a->nb[i] != b->nb[i]) return false;
+  }
+  return true;
+}
+
+Queue* queue_for(ggml_backend_buffer_t buf) {
+  ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(buf);
+  auto it = g_queues.find(buft);
+  if (it == g_queues.end()) {
+    Queue q;
+    q.stream = open_device_stream(buft, kArenaBytes, /*with_event=*/true);
+    q.dev = ggml_backend_buft_get_device(buft);
+    it = g_queues.emplace(buft, std::move(q)).first;
+  }
+  return it->second.stream.backend != nullptr ? &it->second : nullptr;
+}
+
+// The split about to run on `backend` reads what was queued: its stream waits for the queue.
+void hand_over(Queue& q, ggml_backend_t backend) {
+  if (q.pending) {
+    if (q.stream.event != nullptr) {
+      ggml_backend_event_record(q.stream.event, q.stream.backend);
+      ggml_backend_event_wait(backend, q.stream.event);
+    } else {
+      ggml_backend_synchronize(q.stream.backend);
+    }
+    q.pending = false;
+  }
+  q.firsts.clear();
+}
+
+void before_launch(ggml_backend_t backend) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_on.load() || g_queues.empty()) return;
+  ggml_backend_dev_t dev = ggml_backend_get_device(backend);
+  for (auto& entry : g_queues) {
+    if (entry.second.stream.backend != nullptr && entry.second.dev == dev) hand_over(entry.second, backend);
+  }
+}
+
+}  // namespace
+
+LocalInputCopies::LocalInputCopies() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_on.load()) return;
+  g_on.store(true);
+  active_ = true;
+}
+
+LocalInputCopies::~LocalInputCopies() {
+  if (!active_) return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_on.store(false);
+  for (auto& entry : g_queues) close_device_stream(entry.second.stream);
+  g_queues.clear();
+}
+
+uint64_t LocalInputCopies::staged() { return g_staged.load(); }
+uint64_t LocalInputCopies::repeated() { return g_repeated.load(); }
+uint64_t LocalInputCopies::bytes_not_copied() { return g_bytes_not_copied.load(); }
+uint64_t LocalInputCopies::launches_seen() { return g_launches.load(); }
+
+bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id) {
+  if (!g_on.load(std::memory_order_relaxed)) return false;
+  ggml_backend_buffer_t buf = dst->view_src != nullptr ? dst->view_src->buffer : dst->buffer;
+  if (buf == nullptr || dst->data == nullptr || ggml_backend_buffer_is_host(buf) ||
+      ggml_backend_buffer_get_usage(buf) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS || !same_layout(src, dst)) {
+    return false;
+  }
+  const size_t n = ggml_nbytes(src);
+  if (n == 0) return false;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_on.load()) return false;
+  Queue* q = queue_for(buf);
+  if (q == nullptr) return false;
+  ggml_tensor to = raw_bytes(buf, dst->data, n);
+  const Key key{id != nullptr ? id->tensor : nullptr, id != nullptr ? id->offset : 0, src->data, n};
+  if (id != nullptr) {
+    auto it = q->firsts.find(key);
+    if (it != q->firsts.end()) {
+      if (it->second.data != dst->data) {
+        ggml_tensor from = raw_bytes(it->second.buffer, it->second.data, n);
+        ggml_backend_tensor_copy_async(q->stream.backend, q->stream.backend, &from, &to);
+        q->pending = true;
+      }
+      g_repeated.fetch_add(1, std::memory_order_relaxed);
+      g_bytes_not_copied.fetch_add(n, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  if (n <= kMaxStaged) {
+    if (q->used + n > q->stream.size) {
+      ggml_backend_synchronize(q->stream.backend);  // the staged bytes are read
+      q->used = 0;
+    }
+    uint8_t* staged = q->stream.base + q->used;
+    std::memcpy(staged, src->data, n);
+    ggml_backend_tensor_set_async(q->stream.backend, &to, staged, 0, n);
+    q->used += (n + kAlign - 1) / kAlign * kAlign;
+    q->pending = true;
+    g_staged.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    ggml_backend_tensor_set(&to, src->data, 0, n);  // too big to stage: ggml's copy, which waits
+  }
+  if (id != nullptr) q->firsts.emplace(key, First{buf, dst->data});
+  return true;
+}
+
+void local_inputs_new_run() {
+  if (!g_on.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (auto& entry : g_queues) {
+    Queue& q = entry.second;
+    if (q.stream.backend == nullptr) continue;
+    // Copies queued but never launched (a failed run) still land before anything else is queued.
+    if (q.used > 0 || q.pending) ggml_backend_synchronize(q.stream.backend);
+    q.used = 0;
+    q.pending = false;
+    q.firsts.clear();
+  }
+}
+
+}  // namespace tandem::engine
+
+// Each split's launch: the split's device waits for the inputs queued for it. Resolves ggml's own
+// function once.
+extern "C" enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
+  using Fn = enum ggml_status (*)(ggml_backend_t, ggml_cgraph*);
+  static Fn fn = [] {
+    Fn f = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_graph_compute_async"));
+    if (f == nullptr) {
+      std::fprintf(stderr, "tandem: ggml_backend_graph_compute_async not found in ggml's libraries (a build problem)\n");
+      std::abort();
+    }
+    return f;
+  }();
+  using namespace tandem::engine;
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  // Only the scheduler's own launches read its copies: not an RPC server's inside this process.
+  if (g_on.load(std::memory_order_acquire) && in_scheduler_run()) before_launch(backend);
+  return fn(backend, cgraph);
+}

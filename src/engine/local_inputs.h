@@ -1,0 +1,57 @@
+// The scheduler's copies of a step's inputs into the head's own GPUs, queued instead of waited
+// for one by one, and each distinct input copied from host memory once per split.
+//
+// Before a split runs on a GPU, ggml's scheduler copies each of its inputs from host memory, one
+// `ggml_backend_tensor_copy` at a time: from pageable memory, waiting for the device each time.
+// MiniMax-M3's sparse attention reads the step's position mask, block bias and position map through
+// a view per layer, so a decode step makes ~4 such copies per layer (30 layers: ~120 waits, ~0.9 ms
+// a token on an H200), and a 512-token chunk of a long prompt copies its mask (512 × positions × 4
+// bytes) once per layer. While a `LocalInputCopies` lives, the engine's interposer of that copy
+// (engine/sched_hooks.h) hands such copies here: the first copy of an input in a split is staged
+// in page-locked memory and queued on a stream of tandem's own; a later copy of the same input
+// (the same host tensor at the same offset, in the same run of the scheduler) is a device-to-device
+// copy from the first, queued behind it. When the scheduler launches the split, the device's
+// stream waits for the queue (an event: the host does not wait). The queues serve the scheduler
+// of one thread at a time, as the engine runs it; launches from other threads (an RPC server
+// inside the engine) are left alone.
+#pragma once
+
+#include <cstdint>
+
+#include "common/input_reuse.h"
+
+struct ggml_tensor;
+struct ggml_backend;
+
+namespace tandem::engine {
+
+class LocalInputCopies {
+ public:
+  // Turns the queue on for this process; at most one lives at a time (a second one does nothing).
+  LocalInputCopies();
+  // Waits for what is queued, then turns it off and frees the streams and page-locked memory.
+  ~LocalInputCopies();
+  LocalInputCopies(const LocalInputCopies&) = delete;
+  LocalInputCopies& operator=(const LocalInputCopies&) = delete;
+
+  // Copies queued from page-locked memory, copies made on the device from an earlier copy of the
+  // same input, and the host-to-device bytes those spared (all instances, for tests and diagnostics).
+  static uint64_t staged();
+  static uint64_t repeated();
+  static uint64_t bytes_not_copied();
+  // Splits launched through ggml (any device, queue or not): shows the launch interposer works.
+  static uint64_t launches_seen();
+
+ private:
+  bool active_ = false;
+};
+
+// For the copy interposer: places the copy of host tensor `src` into `dst` when a queue is on and
+// `dst` is in a GPU's memory, and returns true; false leaves it to ggml. `id` (may be null): what
+// the scheduler is copying, for recognising a repeat.
+bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id);
+
+// For the scheduler interposer: a new run starts (the queues' page-locked memory is free again).
+void local_inputs_new_run();
+
+}  // namespace tandem::engine
