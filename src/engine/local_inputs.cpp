@@ -3,11 +3,13 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "common/device_stream.h"
 #include "engine/sched_hooks.h"
@@ -41,6 +43,11 @@ struct First {
   ggml_backend_buffer_t buffer;
   void* data;
 };
+// A result of an RPC server to read when the split launches (`src` lives until then: same run).
+struct Deferred {
+  const ggml_tensor* src;
+  ggml_tensor to;
+};
 
 // One per GPU buffer type. `firsts` holds the current split's first copies; they stay intact until
 // the split's graph, which comes after every copy on the device's stream, runs.
@@ -50,12 +57,51 @@ struct Queue {
   size_t used = 0;
   bool pending = false;  // copies queued since the device's stream last waited for the queue
   std::unordered_map<Key, First, KeyHash> firsts;
+  std::vector<Deferred> deferred;
 };
 
 std::mutex g_mutex;
 std::atomic<bool> g_on{false};
 std::unordered_map<ggml_backend_buffer_type_t, Queue> g_queues;  // under g_mutex
-std::atomic<uint64_t> g_staged{0}, g_repeated{0}, g_bytes_not_copied{0}, g_launches{0};
+std::atomic<uint64_t> g_staged{0}, g_repeated{0}, g_bytes_not_copied{0}, g_launches{0}, g_deferred{0}, g_deferred_ns{0};
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+// Page-locked room for `n` bytes in `q`'s arena, waiting for the stream when it is full.
+uint8_t* stage(Queue& q, size_t n) {
+  if (q.used + n > q.stream.size) {
+    ggml_backend_synchronize(q.stream.backend);  // the staged bytes are read
+    q.used = 0;
+  }
+  uint8_t* at = q.stream.base + q.used;
+  q.used += (n + kAlign - 1) / kAlign * kAlign;
+  return at;
+}
+
+// Reads the deferred results (waiting for their servers) and queues them onto the device.
+void read_deferred(Queue& q) {
+  if (q.deferred.empty()) return;
+  const uint64_t t0 = now_ns();
+  for (Deferred& d : q.deferred) {
+    const size_t n = ggml_nbytes(d.src);
+    if (n <= kMaxStaged) {
+      uint8_t* staged = stage(q, n);
+      ggml_backend_tensor_get(d.src, staged, 0, n);
+      ggml_backend_tensor_set_async(q.stream.backend, &d.to, staged, 0, n);
+      q.pending = true;
+    } else {
+      std::vector<uint8_t> bytes(n);
+      ggml_backend_tensor_get(d.src, bytes.data(), 0, n);
+      ggml_backend_tensor_set(&d.to, bytes.data(), 0, n);
+    }
+  }
+  g_deferred.fetch_add(q.deferred.size(), std::memory_order_relaxed);
+  q.deferred.clear();
+  g_deferred_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+}
 
 // What ggml_backend_tensor_copy asserts before copying raw bytes.
 bool same_layout(const ggml_tensor* a, const ggml_tensor* b) {
@@ -80,6 +126,7 @@ Queue* queue_for(ggml_backend_buffer_t buf) {
 
 // The split about to run on `backend` reads what was queued: its stream waits for the queue.
 void hand_over(Queue& q, ggml_backend_t backend) {
+  read_deferred(q);
   if (q.pending) {
     if (q.stream.event != nullptr) {
       ggml_backend_event_record(q.stream.event, q.stream.backend);
@@ -122,6 +169,7 @@ uint64_t LocalInputCopies::staged() { return g_staged.load(); }
 uint64_t LocalInputCopies::repeated() { return g_repeated.load(); }
 uint64_t LocalInputCopies::bytes_not_copied() { return g_bytes_not_copied.load(); }
 uint64_t LocalInputCopies::launches_seen() { return g_launches.load(); }
+uint64_t LocalInputCopies::deferred() { return g_deferred.load(); }
 
 bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id) {
   if (!g_on.load(std::memory_order_relaxed)) return false;
@@ -152,14 +200,9 @@ bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable
     }
   }
   if (n <= kMaxStaged) {
-    if (q->used + n > q->stream.size) {
-      ggml_backend_synchronize(q->stream.backend);  // the staged bytes are read
-      q->used = 0;
-    }
-    uint8_t* staged = q->stream.base + q->used;
+    uint8_t* staged = stage(*q, n);
     std::memcpy(staged, src->data, n);
     ggml_backend_tensor_set_async(q->stream.backend, &to, staged, 0, n);
-    q->used += (n + kAlign - 1) / kAlign * kAlign;
     q->pending = true;
     g_staged.fetch_add(1, std::memory_order_relaxed);
   } else {
@@ -168,6 +211,23 @@ bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable
   if (id != nullptr) q->firsts.emplace(key, First{buf, dst->data});
   return true;
 }
+
+bool defer_worker_result(const ggml_tensor* src, ggml_tensor* dst) {
+  if (!g_on.load(std::memory_order_relaxed)) return false;
+  ggml_backend_buffer_t buf = dst->view_src != nullptr ? dst->view_src->buffer : dst->buffer;
+  if (buf == nullptr || dst->data == nullptr || ggml_backend_buffer_is_host(buf) ||
+      ggml_backend_buffer_get_usage(buf) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS || !same_layout(src, dst) || ggml_nbytes(src) == 0) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_on.load()) return false;
+  Queue* q = queue_for(buf);
+  if (q == nullptr) return false;
+  q->deferred.push_back(Deferred{src, raw_bytes(buf, dst->data, ggml_nbytes(src))});
+  return true;
+}
+
+double deferred_result_s() { return g_deferred_ns.load() / 1e9; }
 
 void local_inputs_new_run() {
   if (!g_on.load(std::memory_order_relaxed)) return;
@@ -180,6 +240,7 @@ void local_inputs_new_run() {
     q.used = 0;
     q.pending = false;
     q.firsts.clear();
+    q.deferred.clear();  // never launched
   }
 }
 

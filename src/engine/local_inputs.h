@@ -11,7 +11,11 @@
 // in page-locked memory and queued on a stream of tandem's own; a later copy of the same input
 // (the same host tensor at the same offset, in the same run of the scheduler) is a device-to-device
 // copy from the first, queued behind it. When the scheduler launches the split, the device's
-// stream waits for the queue (an event: the host does not wait). The queues serve the scheduler
+// stream waits for the queue (an event: the host does not wait).
+//
+// The split's input that an RPC server computed (the hidden state after the worker's layers) is
+// read when the split launches, not in the scheduler's order of inputs, where it comes first and
+// waits for the worker: the split's other inputs are copied while the worker computes. The queues serve the scheduler
 // of one thread at a time, as the engine runs it; launches from other threads (an RPC server
 // inside the engine) are left alone.
 #pragma once
@@ -41,6 +45,8 @@ class LocalInputCopies {
   static uint64_t bytes_not_copied();
   // Splits launched through ggml (any device, queue or not): shows the launch interposer works.
   static uint64_t launches_seen();
+  // Results of RPC servers read at the launch of the split that reads them.
+  static uint64_t deferred();
 
  private:
   bool active_ = false;
@@ -50,6 +56,12 @@ class LocalInputCopies {
 // `dst` is in a GPU's memory, and returns true; false leaves it to ggml. `id` (may be null): what
 // the scheduler is copying, for recognising a repeat.
 bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id);
+
+// For the copy interposer: defers the copy of `src`, which an RPC server holds, into `dst` in a GPU's
+// memory until the split that reads it launches, and returns true; false leaves it to ggml.
+bool defer_worker_result(const ggml_tensor* src, ggml_tensor* dst);
+// Seconds spent reading deferred results at launch, mostly waiting for the servers to finish.
+double deferred_result_s();
 
 // For the scheduler interposer: a new run starts (the queues' page-locked memory is free again).
 void local_inputs_new_run();

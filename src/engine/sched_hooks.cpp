@@ -40,7 +40,7 @@ SplitProfile split_profile() {
   p.runs = g_runs.load();
   p.run_s = g_run_ns.load() / 1e9;
   p.to_workers_s = g_to_workers_ns.load() / 1e9;
-  p.from_workers_s = g_from_workers_ns.load() / 1e9;
+  p.from_workers_s = g_from_workers_ns.load() / 1e9 + deferred_result_s();
   p.to_local_s = g_to_local_ns.load() / 1e9;
   return p;
 }
@@ -78,7 +78,9 @@ void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor*
   std::atomic<uint64_t>& bucket = in_rpc_buffer(dst) ? g_to_workers_ns : in_rpc_buffer(src) ? g_from_workers_ns : g_to_local_ns;
   const uint64_t epoch = g_epoch.load(std::memory_order_acquire);
   const uint64_t t0 = now_ns();
-  if (!src_host || ggml_backend_buffer_get_usage(src->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
+  if (t_in_run && in_rpc_buffer(src) && !in_rpc_buffer(dst) && defer_worker_result(src, dst)) {
+    // read at the split's launch; the time is counted there (deferred_result_s)
+  } else if (!src_host || ggml_backend_buffer_get_usage(src->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
     fn(src, dst);
   } else {
     const ggml_tensor* base = src->view_src != nullptr ? src->view_src : src;
