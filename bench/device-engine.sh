@@ -4,8 +4,11 @@
 # agree token for token can be compared by eye; and `gpu_tests`, the GPU tests of the RPC child's
 # queued writes and of the head's queued local copies (tests/worker/input_writes_test.cpp,
 # tests/engine/local_inputs_test.cpp) built by hand, as the device build has no test tree. Needs
-# $root, $build, $model and $out. `seeded_worker` starts a worker for the scripts that split.
-prompt=${prompt:-$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog and keeps running'] * 45))")}
+# $root, $build, $model and $out. `seeded_worker` starts a worker for the scripts that split,
+# `split_30_30` splits through it, `sentences N` makes a prompt.
+# A prompt of $1 sentences of 12 tokens each.
+sentences() { python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog and keeps running'] * $1))"; }
+prompt=${prompt:-$(sentences 45)}
 n_predict=${n_predict:-256}
 context=${context:-4096}
 gpu_tests() {
@@ -41,6 +44,11 @@ seeded_worker() {  # cache folder, seed flags...
   "$build/tandem" link forward --to 127.0.0.1:50070 --secret-file "$out/cluster.key" --listen 127.0.0.1:50071 \
     >"$out/forward.log" 2>&1 & pids+=($!)
   sleep 1
+}
+# A one-shot split of the 60-layer $model, 30 + 30, through the worker of `seeded_worker` (its layers first).
+split_30_30() {  # label, engine flags...
+  local label=$1; shift
+  engine "$label" --rpc 127.0.0.1:50071 --worker-cache 127.0.0.1:50071="$out/listing.txt" --layer-split 30,30 --workers-first "$@"
 }
 engine() {  # label, engine args...
   local label=$1; shift

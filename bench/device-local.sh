@@ -25,20 +25,14 @@ gpu_tests
 echo
 
 seeded_worker "$cache" --layers 0-29
-ep=127.0.0.1:50071
-split() {  # label, engine flags...
-  local label=$1; shift
-  engine "$label" --rpc $ep --worker-cache $ep="$out/listing.txt" --layer-split 30,30 --workers-first "$@"
-}
-sentence='the quick brown fox jumps over the lazy dog and keeps running'
 for setting in "45 128 2" "330 16 1"; do
   read -r repeats n_predict rounds <<<"$setting"
-  prompt=$(python3 -c "print(' '.join(['$sentence'] * $repeats))")
+  prompt=$(sentences "$repeats")
   echo "== tandem-engine one-shot, m3-proxy 60 layers, prompt of $repeats sentences (~$((repeats * 12)) tokens), $n_predict tokens"
   for round in $(seq "$rounds"); do
     engine "one process, queued (round $round)"
     engine "one process, sync (round $round)" --sync-local-inputs
-    split "split, queued (round $round)"
-    split "split, sync (round $round)" --sync-local-inputs
+    split_30_30 "split, queued (round $round)"
+    split_30_30 "split, sync (round $round)" --sync-local-inputs
   done
 done

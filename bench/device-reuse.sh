@@ -26,19 +26,13 @@ gpu_tests
 echo
 
 seeded_worker "$cache" --layers 0-29
-ep=127.0.0.1:50071
-split() {  # label, engine flags...
-  local label=$1; shift
-  engine "$label" --rpc $ep --worker-cache $ep="$out/listing.txt" --layer-split 30,30 --workers-first "$@"
-}
-sentence='the quick brown fox jumps over the lazy dog and keeps running'
 for repeats in 45 330; do
-  prompt=$(python3 -c "print(' '.join(['$sentence'] * $repeats))")
+  prompt=$(sentences "$repeats")
   echo "== tandem-engine one-shot, m3-proxy 60 layers, prompt of $repeats sentences (~$((repeats * 12)) tokens), 32 tokens"
   for round in 1 2; do
     engine "one process (round $round)"
-    split "split, reuse (round $round)"
-    split "split, no reuse (round $round)" --no-input-reuse
+    split_30_30 "split, reuse (round $round)"
+    split_30_30 "split, no reuse (round $round)" --no-input-reuse
   done
 done
 grep -h "session ended after [1-9]" "$out/worker.log" | sed 's/.*session ended/worker session/' | tail -4
