@@ -36,7 +36,8 @@ struct Key {
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
-    return std::hash<const void*>()(k.data) ^ (std::hash<uint64_t>()(k.bytes) * 31) ^ (std::hash<uint64_t>()(k.offset) * 131);
+    return std::hash<const void*>()(k.data) ^ (std::hash<uint64_t>()(k.bytes) * 31) ^
+           (std::hash<uint64_t>()(k.offset) * 131);
   }
 };
 struct First {
@@ -112,6 +113,18 @@ bool same_layout(const ggml_tensor* a, const ggml_tensor* b) {
   return true;
 }
 
+// The device buffer a copy of `src` into `dst` writes: one this file takes (not host memory, not
+// weights, a plain byte copy); nullptr otherwise.
+ggml_backend_buffer_t device_destination(const ggml_tensor* src, const ggml_tensor* dst) {
+  ggml_backend_buffer_t buf = dst->view_src != nullptr ? dst->view_src->buffer : dst->buffer;
+  if (buf == nullptr || dst->data == nullptr || ggml_backend_buffer_is_host(buf) ||
+      ggml_backend_buffer_get_usage(buf) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS || !same_layout(src, dst) ||
+      ggml_nbytes(src) == 0) {
+    return nullptr;
+  }
+  return buf;
+}
+
 Queue* queue_for(ggml_backend_buffer_t buf) {
   ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(buf);
   auto it = g_queues.find(buft);
@@ -173,13 +186,9 @@ uint64_t LocalInputCopies::deferred() { return g_deferred.load(); }
 
 bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id) {
   if (!g_on.load(std::memory_order_relaxed)) return false;
-  ggml_backend_buffer_t buf = dst->view_src != nullptr ? dst->view_src->buffer : dst->buffer;
-  if (buf == nullptr || dst->data == nullptr || ggml_backend_buffer_is_host(buf) ||
-      ggml_backend_buffer_get_usage(buf) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS || !same_layout(src, dst)) {
-    return false;
-  }
+  ggml_backend_buffer_t buf = device_destination(src, dst);
+  if (buf == nullptr) return false;
   const size_t n = ggml_nbytes(src);
-  if (n == 0) return false;
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_on.load()) return false;
   Queue* q = queue_for(buf);
@@ -214,11 +223,8 @@ bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable
 
 bool defer_worker_result(const ggml_tensor* src, ggml_tensor* dst) {
   if (!g_on.load(std::memory_order_relaxed)) return false;
-  ggml_backend_buffer_t buf = dst->view_src != nullptr ? dst->view_src->buffer : dst->buffer;
-  if (buf == nullptr || dst->data == nullptr || ggml_backend_buffer_is_host(buf) ||
-      ggml_backend_buffer_get_usage(buf) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS || !same_layout(src, dst) || ggml_nbytes(src) == 0) {
-    return false;
-  }
+  ggml_backend_buffer_t buf = device_destination(src, dst);
+  if (buf == nullptr) return false;
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_on.load()) return false;
   Queue* q = queue_for(buf);

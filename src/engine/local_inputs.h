@@ -15,9 +15,10 @@
 //
 // The split's input that an RPC server computed (the hidden state after the worker's layers) is
 // read when the split launches, not in the scheduler's order of inputs, where it comes first and
-// waits for the worker: the split's other inputs are copied while the worker computes. The queues serve the scheduler
-// of one thread at a time, as the engine runs it; launches from other threads (an RPC server
-// inside the engine) are left alone.
+// waits for the worker: the split's other inputs are copied while the worker computes.
+//
+// The queues serve the scheduler of one thread at a time, as the engine runs it; launches from
+// other threads (an RPC server inside the engine) are left alone.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,6 @@
 #include "common/input_reuse.h"
 
 struct ggml_tensor;
-struct ggml_backend;
 
 namespace tandem::engine {
 

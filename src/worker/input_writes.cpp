@@ -64,7 +64,9 @@ void flush_locked() {
   g_pending.store(false, std::memory_order_release);
 }
 
-DeviceQueue open_queue(ggml_backend_buffer_type_t buft) { return DeviceQueue{open_device_stream(buft, kArenaBytes, false)}; }
+DeviceQueue open_queue(ggml_backend_buffer_type_t buft) {
+  return DeviceQueue{open_device_stream(buft, kArenaBytes, /*with_event=*/false)};
+}
 
 // A device-to-device copy, queued behind the queued writes on that device's stream when there is
 // one; otherwise after them, waiting.

@@ -46,7 +46,8 @@ ggml_backend_dev_t first_gpu() {
 // With `worker` (an RPC device), w starts as u + x, computed there from a weight u it holds.
 class ViewsOfAnInput {
  public:
-  ViewsOfAnInput(ggml_backend_dev_t dev, int64_t n, ggml_backend_dev_t worker = nullptr) : n_(n), worker_(worker != nullptr) {
+  ViewsOfAnInput(ggml_backend_dev_t dev, int64_t n, ggml_backend_dev_t worker = nullptr)
+      : n_(n), worker_(worker != nullptr) {
     w_values_ = weights(n, 101);
     w_ = weight(dev, &wctx_, &wbuf_, w_values_);
     if (worker_) {
@@ -88,7 +89,9 @@ class ViewsOfAnInput {
   // Runs the graph on x = `seed`-derived values; true when the result is what the host computes.
   ::testing::AssertionResult run(int seed) {
     // Allocated once and reused, as libllama reuses a graph (the scheduler rewrites its inputs).
-    if (!allocated_ && !ggml_backend_sched_alloc_graph(sched_, graph_)) return ::testing::AssertionFailure() << "allocating the graph failed";
+    if (!allocated_ && !ggml_backend_sched_alloc_graph(sched_, graph_)) {
+      return ::testing::AssertionFailure() << "allocating the graph failed";
+    }
     allocated_ = true;
     std::vector<float> x(n_);
     for (int64_t j = 0; j < n_; ++j) x[j] = static_cast<float>((seed * 7 + j) % 89);
@@ -116,7 +119,8 @@ class ViewsOfAnInput {
     return v;
   }
   // A weight tensor holding `values`, in its own buffer on `dev`.
-  static ggml_tensor* weight(ggml_backend_dev_t dev, ggml_context** ctx, ggml_backend_buffer_t* buf, const std::vector<float>& values) {
+  static ggml_tensor* weight(ggml_backend_dev_t dev, ggml_context** ctx, ggml_backend_buffer_t* buf,
+                             const std::vector<float>& values) {
     ggml_init_params p{ggml_tensor_overhead() * 2, nullptr, true};
     *ctx = ggml_init(p);
     ggml_tensor* t = ggml_new_tensor_1d(*ctx, GGML_TYPE_F32, static_cast<int64_t>(values.size()));
