@@ -46,9 +46,16 @@ seeded_worker() {  # cache folder, seed flags...
   sleep 1
 }
 # A one-shot split of the 60-layer $model, 30 + 30, through the worker of `seeded_worker` (its layers first).
+# Then the worker's RPC child's own account of the session (its graphs' time against the head's wait).
 split_30_30() {  # label, engine flags...
-  local label=$1; shift
+  local label=$1 before i; shift
+  before=$(grep -c "the session's steps" "$out/worker.log")
   engine "$label" --rpc 127.0.0.1:50071 --worker-cache 127.0.0.1:50071="$out/listing.txt" --layer-split 30,30 --workers-first "$@"
+  for i in 1 2 3 4 5 6; do
+    [ "$(grep -c "the session's steps" "$out/worker.log")" -gt "$before" ] && break
+    sleep 0.5
+  done
+  grep -h "the session's steps" "$out/worker.log" | tail -n +$((before + 1)) | sed 's/.*the session/    worker: the session/'
 }
 engine() {  # label, engine args...
   local label=$1; shift

@@ -42,6 +42,12 @@ std::atomic<bool> g_pending{false};
 std::atomic<bool> g_installed{false};
 std::atomic<bool> g_queueing{false};
 std::atomic<uint64_t> g_count{0};
+std::atomic<uint64_t> g_graphs{0}, g_graph_ns{0}, g_writes{0}, g_write_ns{0};  // StepWork
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
 
 // Input reuse (common/input_reuse.h): the slots of the head's current session, in device memory.
 struct Slot {
@@ -148,7 +154,7 @@ void apply_marker(ggml_tensor* tensor, size_t offset, const ReuseMarker& m) {
   slot.bytes = m.bytes;
 }
 
-bool queue_write(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
+bool place_write(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
   ggml_backend_buffer_t buf = tensor->view_src != nullptr ? tensor->view_src->buffer : tensor->buffer;
   if (buf == nullptr || size == 0) return false;
   if (size == kReuseMarkerSize) {
@@ -181,6 +187,14 @@ bool queue_write(ggml_tensor* tensor, const void* data, size_t offset, size_t si
   q->pending = true;
   g_pending.store(true, std::memory_order_relaxed);
   g_count.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool queue_write(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
+  const uint64_t t0 = now_ns();
+  if (!place_write(tensor, data, offset, size)) return false;
+  g_writes.fetch_add(1, std::memory_order_relaxed);
+  g_write_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   return true;
 }
 
@@ -224,6 +238,15 @@ void release_input_reuse(uint64_t session) {
 
 uint64_t input_reuse_copies() { return g_reuse_copies.load(); }
 
+StepWork take_step_work() {
+  StepWork w;
+  w.graphs = g_graphs.exchange(0);
+  w.graph_s = g_graph_ns.exchange(0) / 1e9;
+  w.writes = g_writes.exchange(0);
+  w.write_s = g_write_ns.exchange(0) / 1e9;
+  return w;
+}
+
 }  // namespace tandem::worker
 
 // ggml's calls that read, run on or release device memory wait for the queued writes first.
@@ -232,8 +255,13 @@ extern "C" {
 
 enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
   static auto fn = tandem::worker::real<enum ggml_status (*)(ggml_backend_t, ggml_cgraph*)>("ggml_backend_graph_compute");
-  tandem::worker::flush_input_writes();
-  return fn(backend, cgraph);
+  using namespace tandem::worker;
+  const uint64_t t0 = now_ns();
+  flush_input_writes();
+  const enum ggml_status st = fn(backend, cgraph);
+  g_graphs.fetch_add(1, std::memory_order_relaxed);
+  g_graph_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  return st;
 }
 
 void ggml_backend_tensor_get(const struct ggml_tensor* tensor, void* data, size_t offset, size_t size) {

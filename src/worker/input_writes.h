@@ -40,6 +40,17 @@ void release_input_reuse(uint64_t session);
 // Copy markers served since the process started (tests and diagnostics).
 uint64_t input_reuse_copies();
 
+// What this server did for the head since the last call: graphs it computed and the seconds inside
+// them (the device's work, which ggml's server waits for, and launching it), and step inputs the
+// hook placed (queued writes and reuse markers) with the seconds that took. Resets the counts.
+struct StepWork {
+  uint64_t graphs = 0;
+  double graph_s = 0;
+  uint64_t writes = 0;
+  double write_s = 0;
+};
+StepWork take_step_work();
+
 // The exit status of an RPC child that got a reuse marker it could not serve.
 inline constexpr int kInputReuseFailedExit = 4;
 

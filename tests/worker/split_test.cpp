@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <regex>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -124,6 +125,12 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
       // The scheduler's copies of one host tensor within a run are recognised without comparing.
       EXPECT_GE(AsyncRpcWrites::identified_writes() - identified, 4u);
       EXPECT_TRUE(w.wait_log("repeated inputs copied here")) << w.log();
+      // The child says what the session's steps cost it: a graph per scheduler run at least.
+      ASSERT_TRUE(w.wait_log("graphs computed in")) << w.log();
+      std::smatch m;
+      const std::string log = w.log();
+      ASSERT_TRUE(std::regex_search(log, m, std::regex("the session's steps: ([0-9]+) graphs computed"))) << log;
+      EXPECT_GE(std::stoull(m[1]), 2u + static_cast<uint64_t>(longer.n_predict - 1)) << log;
     } else {
       EXPECT_EQ(AsyncRpcWrites::reused_writes(), copies);
     }
