@@ -21,7 +21,13 @@ DeviceStream open_device_stream(ggml_backend_buffer_type_t buft, size_t arena_by
   }
   s.base = static_cast<uint8_t*>(ggml_backend_buffer_get_base(s.arena));
   s.size = arena_bytes;
-  if (with_event) s.event = ggml_backend_event_new(dev);
+  if (with_event) {
+    // What the device's properties promise: its backends record and wait for events (the
+    // scheduler relies on the same for pipeline parallelism).
+    ggml_backend_dev_props props;
+    ggml_backend_dev_get_props(dev, &props);
+    if (props.caps.events) s.event = ggml_backend_event_new(dev);
+  }
   return s;
 }
 
