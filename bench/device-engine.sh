@@ -77,7 +77,8 @@ try:
         p = j.get(phase + "_profile")
         if p and p["runs"]:
             print(f"    {phase:8s} {p['runs']:4d} runs {p['run_s']:7.3f} s in them: to workers {p['to_workers_s']:.3f}, "
-                  f"from workers {p['from_workers_s']:.3f}, to the head's GPU {p['to_local_s']:.3f}")
+                  f"from workers {p['from_workers_s']:.3f}, to the head's GPU {p['to_local_s']:.3f}, "
+                  f"launching {p.get('launch_s', 0):.3f}, device waits {p.get('sync_s', 0):.3f}")
 except Exception:
     print(f"{label:44s} FAILED")
 PY

@@ -68,8 +68,9 @@ engine::Placement placement(const EngineFlags& f) {
 }
 
 nlohmann::json profile_json(const engine::SplitProfile& p) {
-  return {{"runs", p.runs}, {"run_s", p.run_s}, {"to_workers_s", p.to_workers_s}, {"from_workers_s", p.from_workers_s},
-          {"to_local_s", p.to_local_s}};
+  return {{"runs", p.runs},         {"run_s", p.run_s},       {"to_workers_s", p.to_workers_s},
+          {"from_workers_s", p.from_workers_s}, {"to_local_s", p.to_local_s}, {"launches", p.launches},
+          {"launch_s", p.launch_s},  {"sync_s", p.sync_s}};
 }
 
 void run_one_shot(EngineFlags& f) {

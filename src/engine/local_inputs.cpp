@@ -1,18 +1,13 @@
 #include "engine/local_inputs.h"
 
-#include <dlfcn.h>
-
 #include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "common/device_stream.h"
-#include "engine/sched_hooks.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
@@ -64,7 +59,7 @@ struct Queue {
 std::mutex g_mutex;
 std::atomic<bool> g_on{false};
 std::unordered_map<ggml_backend_buffer_type_t, Queue> g_queues;  // under g_mutex
-std::atomic<uint64_t> g_staged{0}, g_repeated{0}, g_bytes_not_copied{0}, g_launches{0}, g_deferred{0}, g_deferred_ns{0};
+std::atomic<uint64_t> g_staged{0}, g_repeated{0}, g_bytes_not_copied{0}, g_deferred{0}, g_deferred_ns{0};
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(
@@ -152,7 +147,10 @@ void hand_over(Queue& q, ggml_backend_t backend) {
   q.firsts.clear();
 }
 
-void before_launch(ggml_backend_t backend) {
+}  // namespace
+
+void local_inputs_before_launch(ggml_backend_t backend) {
+  if (!g_on.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_on.load() || g_queues.empty()) return;
   ggml_backend_dev_t dev = ggml_backend_get_device(backend);
@@ -160,8 +158,6 @@ void before_launch(ggml_backend_t backend) {
     if (entry.second.stream.backend != nullptr && entry.second.dev == dev) hand_over(entry.second, backend);
   }
 }
-
-}  // namespace
 
 LocalInputCopies::LocalInputCopies() {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -181,7 +177,6 @@ LocalInputCopies::~LocalInputCopies() {
 uint64_t LocalInputCopies::staged() { return g_staged.load(); }
 uint64_t LocalInputCopies::repeated() { return g_repeated.load(); }
 uint64_t LocalInputCopies::bytes_not_copied() { return g_bytes_not_copied.load(); }
-uint64_t LocalInputCopies::launches_seen() { return g_launches.load(); }
 uint64_t LocalInputCopies::deferred() { return g_deferred.load(); }
 
 bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id) {
@@ -251,22 +246,3 @@ void local_inputs_new_run() {
 }
 
 }  // namespace tandem::engine
-
-// Each split's launch: the split's device waits for the inputs queued for it. Resolves ggml's own
-// function once.
-extern "C" enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
-  using Fn = enum ggml_status (*)(ggml_backend_t, ggml_cgraph*);
-  static Fn fn = [] {
-    Fn f = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_graph_compute_async"));
-    if (f == nullptr) {
-      std::fprintf(stderr, "tandem: ggml_backend_graph_compute_async not found in ggml's libraries (a build problem)\n");
-      std::abort();
-    }
-    return f;
-  }();
-  using namespace tandem::engine;
-  g_launches.fetch_add(1, std::memory_order_relaxed);
-  // Only the scheduler's own launches read its copies: not an RPC server's inside this process.
-  if (g_on.load(std::memory_order_acquire) && in_scheduler_run()) before_launch(backend);
-  return fn(backend, cgraph);
-}

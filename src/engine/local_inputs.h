@@ -26,6 +26,7 @@
 #include "common/input_reuse.h"
 
 struct ggml_tensor;
+struct ggml_backend;
 
 namespace tandem::engine {
 
@@ -43,8 +44,6 @@ class LocalInputCopies {
   static uint64_t staged();
   static uint64_t repeated();
   static uint64_t bytes_not_copied();
-  // Splits launched through ggml (any device, queue or not): shows the launch interposer works.
-  static uint64_t launches_seen();
   // Results of RPC servers read at the launch of the split that reads them.
   static uint64_t deferred();
 
@@ -63,7 +62,10 @@ bool defer_worker_result(const ggml_tensor* src, ggml_tensor* dst);
 // Seconds spent reading deferred results at launch, mostly waiting for the servers to finish.
 double deferred_result_s();
 
-// For the scheduler interposer: a new run starts (the queues' page-locked memory is free again).
+// For the scheduler interposers: a new run starts (the queues' page-locked memory is free again);
+// the scheduler launches a split's graph on `backend`, whose device must first have what was
+// queued for it.
 void local_inputs_new_run();
+void local_inputs_before_launch(ggml_backend* backend);
 
 }  // namespace tandem::engine

@@ -18,6 +18,7 @@ thread_local const ReuseTable::Identity* t_identity = nullptr;
 thread_local bool t_in_run = false;  // inside a run of the scheduler: its copies are split inputs
 
 std::atomic<uint64_t> g_runs{0}, g_run_ns{0}, g_to_workers_ns{0}, g_from_workers_ns{0}, g_to_local_ns{0};
+std::atomic<uint64_t> g_launches{0}, g_launch_ns{0}, g_sync_ns{0};
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(
@@ -42,18 +43,54 @@ SplitProfile split_profile() {
   p.to_workers_s = g_to_workers_ns.load() / 1e9;
   p.from_workers_s = g_from_workers_ns.load() / 1e9 + deferred_result_s();
   p.to_local_s = g_to_local_ns.load() / 1e9;
+  p.launches = g_launches.load();
+  p.launch_s = g_launch_ns.load() / 1e9;
+  p.sync_s = g_sync_ns.load() / 1e9;
   return p;
 }
 
 SplitProfile operator-(const SplitProfile& a, const SplitProfile& b) {
-  return {a.runs - b.runs, a.run_s - b.run_s, a.to_workers_s - b.to_workers_s, a.from_workers_s - b.from_workers_s,
-          a.to_local_s - b.to_local_s};
+  SplitProfile d;
+  d.runs = a.runs - b.runs;
+  d.launches = a.launches - b.launches;
+  d.run_s = a.run_s - b.run_s;
+  d.to_workers_s = a.to_workers_s - b.to_workers_s;
+  d.from_workers_s = a.from_workers_s - b.from_workers_s;
+  d.to_local_s = a.to_local_s - b.to_local_s;
+  d.launch_s = a.launch_s - b.launch_s;
+  d.sync_s = a.sync_s - b.sync_s;
+  return d;
 }
 
 }  // namespace tandem::engine
 
 // Each resolves ggml's own function once.
 extern "C" {
+
+// Each split's launch: the split's device first waits for the inputs queued for it.
+enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
+  using Fn = enum ggml_status (*)(ggml_backend_t, ggml_cgraph*);
+  static Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_graph_compute_async"));
+  using namespace tandem::engine;
+  // Only the scheduler's own launches: not an RPC server's inside this process (or the worker's).
+  if (!t_in_run) return fn(backend, cgraph);
+  local_inputs_before_launch(backend);
+  const uint64_t t0 = now_ns();
+  const enum ggml_status st = fn(backend, cgraph);
+  g_launch_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  return st;
+}
+
+void ggml_backend_synchronize(ggml_backend_t backend) {
+  using Fn = void (*)(ggml_backend_t);
+  static Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_synchronize"));
+  using namespace tandem::engine;
+  if (!t_in_run) return fn(backend);
+  const uint64_t t0 = now_ns();
+  fn(backend);
+  g_sync_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+}
 
 enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, struct ggml_cgraph* graph) {
   using Fn = enum ggml_status (*)(ggml_backend_sched_t, ggml_cgraph*);

@@ -1,9 +1,11 @@
-// tandem-engine's view of ggml's scheduler at work, from interposers of two of ggml's functions
-// (as common/tensor_set_hook.h does for ggml_backend_tensor_set: the executable's definitions come
-// first): `ggml_backend_sched_graph_compute_async`, which libllama calls once per ubatch, and
+// tandem-engine's view of ggml's scheduler at work, from interposers of ggml's functions (as
+// common/tensor_set_hook.h does for ggml_backend_tensor_set: the executable's definitions come
+// first): `ggml_backend_sched_graph_compute_async`, which libllama calls once per ubatch;
 // `ggml_backend_tensor_copy`, through which the scheduler moves each split's inputs between
-// devices. They tell the input reuse (common/input_reuse.h) what a write is, hand the copies into
-// the head's own GPUs to engine/local_inputs.h, and say where a split's time goes.
+// devices; and, while a run lasts, `ggml_backend_graph_compute_async` (each split's launch) and
+// `ggml_backend_synchronize`. They tell the input reuse (common/input_reuse.h) what a write is,
+// hand the copies into the head's own GPUs to engine/local_inputs.h, and say where a split's time
+// goes.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +25,14 @@ bool in_scheduler_run();
 // Where the scheduler's time went, summed over the process (seconds). `run_s` is spent inside
 // its runs: launching splits, and, on the way, copying their inputs into RPC servers (`to_workers_s`:
 // serialising and queueing, or the reuse markers), out of them (`from_workers_s`: mostly waiting for
-// the worker's compute) and from host memory into local devices (`to_local_s`). The last split's
-// device work runs after the run returns and is not in it.
+// the worker's compute) and from host memory into local devices (`to_local_s`). Of the rest,
+// `launch_s` is inside the `launches` of splits' graphs (for a GPU: checking and launching its
+// CUDA graph; for an RPC server: sending the graph, or asking for it again) and `sync_s` in waits
+// for a device (the scheduler waits before each input copy). The last split's device work runs
+// after the run returns and is not in it.
 struct SplitProfile {
-  uint64_t runs = 0;
-  double run_s = 0, to_workers_s = 0, from_workers_s = 0, to_local_s = 0;
+  uint64_t runs = 0, launches = 0;
+  double run_s = 0, to_workers_s = 0, from_workers_s = 0, to_local_s = 0, launch_s = 0, sync_s = 0;
 };
 SplitProfile split_profile();
 SplitProfile operator-(const SplitProfile& a, const SplitProfile& b);
