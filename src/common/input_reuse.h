@@ -16,6 +16,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -91,6 +92,24 @@ class ReuseTable {
   uint64_t session_, budget_;
   std::vector<Slot> slots_;
   uint64_t clock_ = 0, held_ = 0, copies_ = 0, identified_ = 0, saved_ = 0;
+};
+
+// The bytes a scheduler copy reads, as a key within one run (ReuseTable::Identity without the run,
+// and with the length): equal keys in one run are equal bytes.
+struct CopyKey {
+  const void* tensor = nullptr;
+  uint64_t offset = 0;
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+  bool operator==(const CopyKey& o) const {
+    return tensor == o.tensor && offset == o.offset && data == o.data && bytes == o.bytes;
+  }
+};
+struct CopyKeyHash {
+  size_t operator()(const CopyKey& k) const {
+    return std::hash<const void*>()(k.data) ^ (std::hash<uint64_t>()(k.bytes) * 31) ^
+           (std::hash<uint64_t>()(k.offset) * 131);
+  }
 };
 
 }  // namespace tandem

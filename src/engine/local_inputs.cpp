@@ -19,22 +19,6 @@ constexpr size_t kArenaBytes = size_t{32} << 20;
 constexpr size_t kMaxStaged = size_t{16} << 20;
 constexpr size_t kAlign = 256;
 
-// The bytes a scheduler copy reads: nothing rewrites them during its run (sched_hooks.h).
-struct Key {
-  const void* tensor;
-  uint64_t offset;
-  const void* data;
-  uint64_t bytes;
-  bool operator==(const Key& o) const {
-    return tensor == o.tensor && offset == o.offset && data == o.data && bytes == o.bytes;
-  }
-};
-struct KeyHash {
-  size_t operator()(const Key& k) const {
-    return std::hash<const void*>()(k.data) ^ (std::hash<uint64_t>()(k.bytes) * 31) ^
-           (std::hash<uint64_t>()(k.offset) * 131);
-  }
-};
 struct First {
   ggml_backend_buffer_t buffer;
   void* data;
@@ -52,7 +36,7 @@ struct Queue {
   ggml_backend_dev_t dev = nullptr;
   size_t used = 0;
   bool pending = false;  // copies queued since the device's stream last waited for the queue
-  std::unordered_map<Key, First, KeyHash> firsts;
+  std::unordered_map<CopyKey, First, CopyKeyHash> firsts;
   std::vector<Deferred> deferred;
 };
 
@@ -189,7 +173,7 @@ bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable
   Queue* q = queue_for(buf);
   if (q == nullptr) return false;
   ggml_tensor to = raw_bytes(buf, dst->data, n);
-  const Key key{id != nullptr ? id->tensor : nullptr, id != nullptr ? id->offset : 0, src->data, n};
+  const CopyKey key{id != nullptr ? id->tensor : nullptr, id != nullptr ? id->offset : 0, src->data, n};
   if (id != nullptr) {
     auto it = q->firsts.find(key);
     if (it != q->firsts.end()) {
