@@ -68,6 +68,8 @@ try:
     j = json.load(open(path))
     digest = hashlib.sha256(json.dumps(j["tokens"]).encode()).hexdigest()[:12]
     reuse = f"  {j['input_copies']} copies, {j['input_bytes_not_sent'] / 2**20:.0f} MiB not sent" if j.get("input_copies") else ""
+    if j.get("slotted_inputs"):
+        reuse += f"  slots: {j['slotted_inputs']} inputs, {j['slot_bytes_not_sent'] / 2**20:.0f} MiB not sent"
     if j.get("local_inputs_staged"):
         reuse += (f"  local: {j['local_inputs_staged']} staged, {j['local_inputs_repeated']} repeated, "
                   f"{j['local_input_bytes_not_copied'] / 2**20:.0f} MiB not copied")

@@ -32,7 +32,8 @@ struct EngineFlags {
   std::vector<std::string> worker_caches, tandem_workers;
   std::string rpc_in_process;
   bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false,
-       sync_rpc_writes = false, no_input_reuse = false, sync_local_inputs = false;
+       sync_rpc_writes = false, no_input_reuse = false, sync_local_inputs = false,
+       worker_input_slots = false;
   int verbose = 0;
 };
 
@@ -57,6 +58,7 @@ engine::Placement placement(const EngineFlags& f) {
   }
   p.reuse_inputs = !f.no_input_reuse;
   p.queue_local_inputs = !f.sync_local_inputs;
+  p.worker_input_slots = f.worker_input_slots;
   for (const std::string& n : split_commas(f.split)) {
     try {
       p.device_layers.push_back(std::stoi(n));
@@ -93,6 +95,8 @@ void run_one_shot(EngineFlags& f) {
                         {"input_copies", engine::AsyncRpcWrites::reused_writes()},
                         {"input_copies_identified", engine::AsyncRpcWrites::identified_writes()},
                         {"input_bytes_not_sent", engine::AsyncRpcWrites::bytes_not_sent()},
+                        {"slotted_inputs", engine::AsyncRpcWrites::slotted_inputs()},
+                        {"slot_bytes_not_sent", engine::AsyncRpcWrites::slot_bytes_not_sent()},
                         {"local_inputs_staged", engine::LocalInputCopies::staged()},
                         {"local_inputs_repeated", engine::LocalInputCopies::repeated()},
                         {"local_input_bytes_not_copied", engine::LocalInputCopies::bytes_not_copied()},
@@ -166,6 +170,9 @@ void register_engine(CLI::App& app) {
   cmd->add_flag("--sync-rpc-writes", f.sync_rpc_writes,
                 "Write each step's inputs to RPC servers one at a time, waiting on each, as ggml's client does "
                 "(default: queued without waiting; this is for measuring the difference)");
+  cmd->add_flag("--worker-input-slots", f.worker_input_slots,
+                "Experimental: RPC servers read each step's inputs from one copy per step that the head keeps on them "
+                "(64 MiB each, not in the plan), instead of a copy per layer (for measuring the difference)");
   cmd->add_flag("--sync-local-inputs", f.sync_local_inputs,
                 "Copy each step's inputs into this machine's GPUs one at a time, waiting on each, as ggml's scheduler does "
                 "(default: queued, an input repeated across layers copied from host memory once; for measuring the difference)");

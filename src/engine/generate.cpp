@@ -52,7 +52,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   cp.n_threads_batch = threads;
   cp.no_perf = true;
   std::unique_ptr<AsyncRpcWrites> rpc_writes;
-  if (!o.placement.rpc_servers.empty() && o.placement.async_rpc_writes) rpc_writes = std::make_unique<AsyncRpcWrites>(reuse_endpoints(o.placement));
+  if (!o.placement.rpc_servers.empty() && o.placement.async_rpc_writes) rpc_writes = std::make_unique<AsyncRpcWrites>(reuse_endpoints(o.placement), o.placement.worker_input_slots);
   std::unique_ptr<LocalInputCopies> local_inputs;
   if (o.placement.queue_local_inputs) local_inputs = std::make_unique<LocalInputCopies>();
   std::unique_ptr<llama_context, ContextDeleter> ctx(llama_init_from_model(model.get(), cp));

@@ -54,6 +54,9 @@ struct Placement {
   // distinct input copied from host memory once per split (engine/local_inputs.h). Off only to
   // measure what that saves.
   bool queue_local_inputs = true;
+  // Experimental: the RPC servers read a step's inputs from one copy per step in a buffer of the
+  // head's on them, not from a copy per layer (engine/rpc_writes.h, redirect_rpc_input).
+  bool worker_input_slots = false;
 };
 
 // The endpoints to which a step's repeated inputs go as markers under `p`.

@@ -3,12 +3,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "common/device_stream.h"
 #include "common/input_reuse.h"
 #include "common/tensor_set_hook.h"
 #include "engine/model_loader.h"
@@ -30,9 +34,19 @@ std::set<std::string> g_reuse_endpoints;  // while live
 struct Connection {
   ggml_backend_t backend = nullptr;
   std::unique_ptr<ReuseTable> reuse;  // a tandem worker's: repeated inputs go as markers
+  // Input slots (redirect_rpc_input): allocated at the first use, kept while the connection is.
+  ggml_backend_buffer_t slots = nullptr;
+  bool slots_failed = false;
+  uint64_t slots_epoch = 0;  // the run whose layout `slot_of` holds
+  size_t slots_used = 0;
+  std::unordered_map<CopyKey, size_t, CopyKeyHash> slot_of;
+  std::unordered_set<const ggml_tensor*> redirected;  // this run's
 };
 std::unordered_map<ggml_backend_dev_t, Connection> g_connections;
+bool g_input_slots = false;  // while live
 std::atomic<unsigned long long> g_writes{0}, g_copies{0}, g_identified{0}, g_bytes_not_sent{0};
+std::atomic<unsigned long long> g_slotted{0}, g_slot_bytes_not_sent{0};
+constexpr size_t kSlotBytes = size_t{64} << 20;
 
 uint64_t new_session() {
   std::random_device rd;
@@ -49,17 +63,25 @@ Connection open_connection(ggml_backend_dev_t dev, ggml_backend_buffer_t buf) {
   return c;
 }
 
+// The connection of `buf`'s RPC device, opened on first use; nullptr for another device or when it
+// cannot be opened. Under g_mutex.
+Connection* connection_of(ggml_backend_buffer_t buf) {
+  ggml_backend_dev_t dev = ggml_backend_buft_get_device(ggml_backend_buffer_get_type(buf));
+  if (!is_rpc_device(dev)) return nullptr;
+  auto it = g_connections.find(dev);
+  if (it == g_connections.end()) it = g_connections.emplace(dev, open_connection(dev, buf)).first;
+  return it->second.backend != nullptr ? &it->second : nullptr;
+}
+
 bool write_async(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
   ggml_backend_buffer_t buf = tensor->view_src != nullptr ? tensor->view_src->buffer : tensor->buffer;
   // Weights keep ggml's path: it is where the client asks the server's cache first.
   if (buf == nullptr || ggml_backend_buffer_get_usage(buf) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) return false;
-  ggml_backend_dev_t dev = ggml_backend_buft_get_device(ggml_backend_buffer_get_type(buf));
-  if (!is_rpc_device(dev)) return false;
+  if (!is_rpc_device(ggml_backend_buft_get_device(ggml_backend_buffer_get_type(buf)))) return false;
   std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_connections.find(dev);
-  if (it == g_connections.end()) it = g_connections.emplace(dev, open_connection(dev, buf)).first;
-  Connection& c = it->second;
-  if (c.backend == nullptr) return false;
+  Connection* found = connection_of(buf);
+  if (found == nullptr) return false;
+  Connection& c = *found;
   g_writes.fetch_add(1, std::memory_order_relaxed);
   if (c.reuse != nullptr) {
     const ReuseTable::Identity* id = scheduler_copy_identity();
@@ -82,11 +104,12 @@ bool write_async(ggml_tensor* tensor, const void* data, size_t offset, size_t si
 
 }  // namespace
 
-AsyncRpcWrites::AsyncRpcWrites(std::set<std::string> reuse_endpoints) {
+AsyncRpcWrites::AsyncRpcWrites(std::set<std::string> reuse_endpoints, bool input_slots) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_live || !tensor_set_interposed()) return;
   g_live = active_ = true;
   g_reuse_endpoints = std::move(reuse_endpoints);
+  g_input_slots = input_slots;
   add_tensor_set_hook(&write_async);
 }
 
@@ -98,10 +121,12 @@ AsyncRpcWrites::~AsyncRpcWrites() {
     if (c.backend == nullptr) continue;
     // What was queued reaches the server before the handle lets go of the connection.
     ggml_backend_synchronize(c.backend);
+    if (c.slots != nullptr) ggml_backend_buffer_free(c.slots);
     ggml_backend_free(c.backend);
   }
   g_connections.clear();
   g_reuse_endpoints.clear();
+  g_input_slots = false;
   g_live = false;
 }
 
@@ -109,5 +134,66 @@ unsigned long long AsyncRpcWrites::writes() { return g_writes.load(); }
 unsigned long long AsyncRpcWrites::reused_writes() { return g_copies.load(); }
 unsigned long long AsyncRpcWrites::identified_writes() { return g_identified.load(); }
 unsigned long long AsyncRpcWrites::bytes_not_sent() { return g_bytes_not_sent.load(); }
+unsigned long long AsyncRpcWrites::slotted_inputs() { return g_slotted.load(); }
+unsigned long long AsyncRpcWrites::slot_bytes_not_sent() { return g_slot_bytes_not_sent.load(); }
+
+bool redirect_rpc_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id) {
+  if (id == nullptr || dst->view_src != nullptr || dst->buffer == nullptr ||
+      ggml_backend_buffer_get_usage(dst->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_live || !g_input_slots) return false;
+  Connection* c = connection_of(dst->buffer);
+  if (c == nullptr || c->slots_failed) return false;
+  if (c->slots == nullptr) {
+    c->slots = ggml_backend_buft_alloc_buffer(ggml_backend_buffer_get_type(dst->buffer), kSlotBytes);
+    if (c->slots == nullptr) {
+      c->slots_failed = true;
+      return false;
+    }
+  }
+  if (c->slots_epoch != id->epoch) {
+    c->slots_epoch = id->epoch;
+    c->slots_used = 0;
+    c->slot_of.clear();
+    c->redirected.clear();
+  }
+  const size_t n = ggml_nbytes(src);
+  const CopyKey key{id->tensor, id->offset, id->data, n};
+  auto* base = static_cast<uint8_t*>(ggml_backend_buffer_get_base(c->slots));
+  auto it = c->slot_of.find(key);
+  if (it == c->slot_of.end()) {
+    const size_t align = ggml_backend_buffer_get_alignment(c->slots);
+    const size_t need = (n + align - 1) / align * align;
+    if (c->slots_used + need > ggml_backend_buffer_get_size(c->slots)) return false;  // the same in every run
+    it = c->slot_of.emplace(key, c->slots_used).first;
+    c->slots_used += need;
+    ggml_tensor slot = raw_bytes(c->slots, base + it->second, n);
+    ggml_backend_tensor_set_async(c->backend, &slot, src->data, 0, n);
+    g_writes.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    g_slot_bytes_not_sent.fetch_add(n, std::memory_order_relaxed);
+  }
+  dst->buffer = c->slots;
+  dst->data = base + it->second;
+  c->redirected.insert(dst);
+  g_slotted.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void check_rpc_launch(ggml_backend_t backend, ggml_cgraph* graph) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_live || !g_input_slots) return;
+  auto it = g_connections.find(ggml_backend_get_device(backend));
+  if (it == g_connections.end() || it->second.redirected.empty()) return;
+  for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
+    const ggml_tensor* t = ggml_graph_node(graph, i);
+    if (t->view_src == nullptr || it->second.redirected.count(t->view_src) == 0) continue;
+    std::fprintf(stderr, "tandem-engine: --worker-input-slots cannot serve this model: node '%s' of a worker's graph "
+                 "is a view of the step input '%s'; run without --worker-input-slots\n", t->name, t->view_src->name);
+    std::abort();
+  }
+}
 
 }  // namespace tandem::engine

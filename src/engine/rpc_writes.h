@@ -16,6 +16,12 @@
 #include <set>
 #include <string>
 
+#include "common/input_reuse.h"
+
+struct ggml_tensor;
+struct ggml_backend;
+struct ggml_cgraph;
+
 namespace tandem::engine {
 
 class AsyncRpcWrites {
@@ -23,8 +29,8 @@ class AsyncRpcWrites {
   // Installs the interposer's hook; at most one lives at a time (a second one installs nothing,
   // as does a build that does not interpose ggml_backend_tensor_set). `reuse_endpoints`: the RPC
   // endpoints ("host:port") that reach a tandem worker of this build, which take input-reuse
-  // markers; never a stock RPC server.
-  explicit AsyncRpcWrites(std::set<std::string> reuse_endpoints = {});
+  // markers; never a stock RPC server. `input_slots`: see redirect_rpc_input (experimental).
+  explicit AsyncRpcWrites(std::set<std::string> reuse_endpoints = {}, bool input_slots = false);
   // Uninstalls it and frees the backend handles it opened on the RPC connections.
   ~AsyncRpcWrites();
   AsyncRpcWrites(const AsyncRpcWrites&) = delete;
@@ -39,9 +45,26 @@ class AsyncRpcWrites {
   // one run of ggml's scheduler, which nothing rewrites during the run.
   static unsigned long long identified_writes();
   static unsigned long long bytes_not_sent();
+  // Step inputs a server read from a slot of the head's instead of its own copy, and the bytes of
+  // those that repeated in a step and were not sent again (redirect_rpc_input).
+  static unsigned long long slotted_inputs();
+  static unsigned long long slot_bytes_not_sent();
 
  private:
   bool active_ = false;
 };
+
+// Experimental (`tandem engine --worker-input-slots`): the scheduler's copy of a step's input into
+// an RPC server, `dst`, is pointed at one copy per step of those bytes in a buffer the head
+// allocated on that server (64 MiB per server, not counted by the planner) instead of being written:
+// an input the scheduler copies once per layer crosses the link once and costs the server no message
+// and no copy for the other layers, whatever server it is. Offsets follow the order of the copies
+// in a run, so a graph gets the same addresses in every run, as a graph the server keeps and runs
+// again needs. For the copy interposer: true when it placed the copy.
+bool redirect_rpc_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id);
+// For the launch interposer: stops the process, saying why, if a split's graph on `backend` holds a
+// view of a redirected copy (ggml's scheduler makes none: a view follows its source's device), which
+// would read where nothing was written.
+void check_rpc_launch(ggml_backend* backend, ggml_cgraph* graph);
 
 }  // namespace tandem::engine

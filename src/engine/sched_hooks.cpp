@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "engine/local_inputs.h"
+#include "engine/rpc_writes.h"
 #include "engine/ggml_devices.h"
 #include "ggml-backend.h"
 
@@ -75,6 +76,7 @@ enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct
   // Only the scheduler's own launches: not an RPC server's inside this process (or the worker's).
   if (!t_in_run) return fn(backend, cgraph);
   local_inputs_before_launch(backend);
+  check_rpc_launch(backend, cgraph);
   const uint64_t t0 = now_ns();
   const enum ggml_status st = fn(backend, cgraph);
   g_launch_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
@@ -123,7 +125,9 @@ void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor*
     const ggml_tensor* base = src->view_src != nullptr ? src->view_src : src;
     const tandem::ReuseTable::Identity id{base, src->view_src != nullptr ? src->view_offs : 0, src->data, epoch};
     const tandem::ReuseTable::Identity* known = epoch != 0 ? &id : nullptr;
-    if (!t_in_run || !copy_local_input(src, dst, known)) {
+    if (t_in_run && in_rpc_buffer(dst) && redirect_rpc_input(src, dst, known)) {
+      // the worker reads it from the head's slot: nothing written into dst (rpc_writes.h)
+    } else if (!t_in_run || !copy_local_input(src, dst, known)) {
       t_identity = known;
       fn(src, dst);
       t_identity = nullptr;

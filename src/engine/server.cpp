@@ -182,7 +182,8 @@ void Server::load() {
   }
   model_ = std::move(model.value());
   if (!config_.load.placement.rpc_servers.empty() && config_.load.placement.async_rpc_writes) {
-    rpc_writes_ = std::make_unique<AsyncRpcWrites>(reuse_endpoints(config_.load.placement));
+    rpc_writes_ = std::make_unique<AsyncRpcWrites>(reuse_endpoints(config_.load.placement),
+                                                   config_.load.placement.worker_input_slots);
   }
   if (config_.load.placement.queue_local_inputs) local_inputs_ = std::make_unique<LocalInputCopies>();
   auto scheduler = Scheduler::create(model_.get(), config_.scheduler);

@@ -138,6 +138,48 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
   EXPECT_LT(sent[1] + (2u << 20), sent[0]) << "with reuse " << sent[1] << " bytes, without " << sent[0];
 }
 
+// Experimental input slots (engine/rpc_writes.h, redirect_rpc_input): the worker reads a step's
+// repeated inputs from one copy the head keeps on it; the tokens stay those of one process, through
+// prompt chunks and decode steps whose graphs the worker keeps and runs again.
+TEST_F(Split, WorkerInputSlotsGiveTheTokensOfOneProcessWithFewerBytes) {
+  GenerateOptions longer = options(model_);
+  std::string prompt;
+  for (int i = 0; i < 45; ++i) prompt += "the quick brown fox jumps over the lazy dog and keeps running ";
+  longer.prompt = prompt;
+  longer.n_ctx = 1024;
+  longer.n_predict = 12;
+  longer.placement.cpu_weight_repack = false;
+  auto alone = generate(longer);
+  ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+
+  const link::Secret secret = make_secret(dir_.file("cluster.key"));
+  WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
+  ASSERT_TRUE(w.up()) << w.log();
+  uint64_t sent[2] = {0, 0};
+  for (bool slots : {true, false}) {
+    auto f = forward_to(w, secret);
+    GenerateOptions split = longer;
+    split.placement.rpc_servers = {local(*f)};
+    split.placement.reuse_inputs = false;  // the bytes of every copy otherwise
+    split.placement.worker_input_slots = slots;
+    split.placement.cpu_layers = 1;
+    split.placement.device_layers = {3};
+    const uint64_t slotted = AsyncRpcWrites::slotted_inputs(), spared = AsyncRpcWrites::slot_bytes_not_sent();
+    auto through = generate(split);
+    ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
+    EXPECT_EQ(through->tokens, alone->tokens) << (slots ? "with" : "without") << " input slots";
+    sent[slots] = f->stats().bytes_to_worker;
+    if (slots) {
+      // Every run's inputs of the worker's 3 layers: 2 prompt chunks and 11 decode steps.
+      EXPECT_GE(AsyncRpcWrites::slotted_inputs() - slotted, 13u * 3u);
+      EXPECT_GE(AsyncRpcWrites::slot_bytes_not_sent() - spared, 2u << 20);
+    } else {
+      EXPECT_EQ(AsyncRpcWrites::slotted_inputs(), slotted);
+    }
+  }
+  EXPECT_LT(sent[1] + (2u << 20), sent[0]) << "with slots " << sent[1] << " bytes, without " << sent[0];
+}
+
 // The worker's RPC child keeps large blocks in its heap while a head loads (worker/rpc_server.cpp:
 // ggml reads each weight into a fresh buffer); when the session ends it gives them back, so the
 // free memory a later plan reads is really free.
