@@ -16,7 +16,7 @@ gpu_tests() {
   bin=$(dirname "$(sed -n 's/^#define TANDEM_LLAMA_SERVER_EXE "\(.*\)"/\1/p' "$build/generated/common/build_info.h")")
   local -A sources=(
     [input_writes_test]="tests/worker/input_writes_test.cpp src/worker/input_writes.cpp src/common/tensor_set_hook.cpp src/common/status.cpp src/common/log.cpp src/common/units.cpp"
-    [local_inputs_test]="tests/engine/local_inputs_test.cpp src/engine/local_inputs.cpp src/engine/sched_hooks.cpp src/engine/ggml_devices.cpp"
+    [local_inputs_test]="tests/engine/local_inputs_test.cpp src/engine/local_inputs.cpp src/engine/sched_hooks.cpp src/engine/ggml_devices.cpp src/engine/rpc_writes.cpp src/common/tensor_set_hook.cpp"
   )
   for name in input_writes_test local_inputs_test; do
     # shellcheck disable=SC2086 # word splitting of the source lists is intended

@@ -33,7 +33,7 @@ struct EngineFlags {
   std::string rpc_in_process;
   bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false,
        sync_rpc_writes = false, no_input_reuse = false, sync_local_inputs = false,
-       worker_input_slots = false;
+       worker_input_slots = false, local_input_slots = false;
   int verbose = 0;
 };
 
@@ -59,6 +59,7 @@ engine::Placement placement(const EngineFlags& f) {
   p.reuse_inputs = !f.no_input_reuse;
   p.queue_local_inputs = !f.sync_local_inputs;
   p.worker_input_slots = f.worker_input_slots;
+  p.local_input_slots = f.local_input_slots;
   for (const std::string& n : split_commas(f.split)) {
     try {
       p.device_layers.push_back(std::stoi(n));
@@ -173,6 +174,9 @@ void register_engine(CLI::App& app) {
   cmd->add_flag("--worker-input-slots", f.worker_input_slots,
                 "Experimental: RPC servers read each step's inputs from one copy per step that the head keeps on them "
                 "(64 MiB each, not in the plan), instead of a copy per layer (for measuring the difference)");
+  cmd->add_flag("--local-input-slots", f.local_input_slots,
+                "Experimental: this machine's GPUs read each step's inputs from one copy per step (64 MiB each, not in "
+                "the plan) instead of a copy per layer (for measuring the difference)");
   cmd->add_flag("--sync-local-inputs", f.sync_local_inputs,
                 "Copy each step's inputs into this machine's GPUs one at a time, waiting on each, as ggml's scheduler does "
                 "(default: queued, an input repeated across layers copied from host memory once; for measuring the difference)");

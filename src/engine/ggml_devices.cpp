@@ -11,4 +11,11 @@ bool is_rpc_device(ggml_backend_dev_t dev) {
   return reg != nullptr && std::strcmp(ggml_backend_reg_name(reg), "RPC") == 0;
 }
 
+std::string rpc_endpoint(const char* name) {
+  if (name == nullptr || std::strncmp(name, "RPC", 3) != 0) return "";
+  const char* open = std::strchr(name, '[');
+  const char* close = open != nullptr ? std::strrchr(open, ']') : nullptr;
+  return close != nullptr ? std::string(open + 1, close) : "";
+}
+
 }  // namespace tandem::engine

@@ -18,6 +18,7 @@ namespace {
 constexpr size_t kArenaBytes = size_t{32} << 20;
 constexpr size_t kMaxStaged = size_t{16} << 20;
 constexpr size_t kAlign = 256;
+constexpr size_t kSlotBytes = size_t{64} << 20;
 
 struct First {
   ggml_backend_buffer_t buffer;
@@ -38,10 +39,16 @@ struct Queue {
   bool pending = false;  // copies queued since the device's stream last waited for the queue
   std::unordered_map<CopyKey, First, CopyKeyHash> firsts;
   std::vector<Deferred> deferred;
+  // Input slots (experimental): this run's inputs, once each, at offsets in the order of the copies.
+  ggml_backend_buffer_t slots = nullptr;
+  bool slots_failed = false;
+  size_t slots_used = 0;
+  std::unordered_map<CopyKey, size_t, CopyKeyHash> slot_of;
 };
 
 std::mutex g_mutex;
 std::atomic<bool> g_on{false};
+bool g_slots = false;  // under g_mutex, while on
 std::unordered_map<ggml_backend_buffer_type_t, Queue> g_queues;  // under g_mutex
 std::atomic<uint64_t> g_staged{0}, g_repeated{0}, g_bytes_not_copied{0}, g_deferred{0}, g_deferred_ns{0};
 
@@ -131,6 +138,41 @@ void hand_over(Queue& q, ggml_backend_t backend) {
   q.firsts.clear();
 }
 
+// Input slots: points `dst` at this run's copy of the bytes `key` names in `q`'s slot buffer,
+// staging them there first if they are not yet; false when they do not fit (the same in every run
+// of a graph, so a graph's addresses do not change between its runs).
+bool place_in_slot(Queue& q, ggml_backend_buffer_t buf, const ggml_tensor* src, ggml_tensor* dst, const CopyKey& key) {
+  if (q.slots_failed || dst->view_src != nullptr) return false;
+  if (q.slots == nullptr) {
+    q.slots = ggml_backend_buft_alloc_buffer(ggml_backend_buffer_get_type(buf), kSlotBytes);
+    if (q.slots == nullptr) {
+      q.slots_failed = true;
+      return false;
+    }
+  }
+  auto* base = static_cast<uint8_t*>(ggml_backend_buffer_get_base(q.slots));
+  auto it = q.slot_of.find(key);
+  if (it == q.slot_of.end()) {
+    const size_t align = ggml_backend_buffer_get_alignment(q.slots);
+    const size_t need = (key.bytes + align - 1) / align * align;
+    if (key.bytes > kMaxStaged || q.slots_used + need > ggml_backend_buffer_get_size(q.slots)) return false;
+    it = q.slot_of.emplace(key, q.slots_used).first;
+    q.slots_used += need;
+    ggml_tensor slot = raw_bytes(q.slots, base + it->second, key.bytes);
+    uint8_t* staged = stage(q, key.bytes);
+    std::memcpy(staged, src->data, key.bytes);
+    ggml_backend_tensor_set_async(q.stream.backend, &slot, staged, 0, key.bytes);
+    q.pending = true;
+    g_staged.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    g_repeated.fetch_add(1, std::memory_order_relaxed);
+    g_bytes_not_copied.fetch_add(key.bytes, std::memory_order_relaxed);
+  }
+  dst->buffer = q.slots;
+  dst->data = base + it->second;
+  return true;
+}
+
 }  // namespace
 
 void local_inputs_before_launch(ggml_backend_t backend) {
@@ -143,9 +185,10 @@ void local_inputs_before_launch(ggml_backend_t backend) {
   }
 }
 
-LocalInputCopies::LocalInputCopies() {
+LocalInputCopies::LocalInputCopies(bool slots) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_on.load()) return;
+  g_slots = slots;
   g_on.store(true);
   active_ = true;
 }
@@ -154,8 +197,12 @@ LocalInputCopies::~LocalInputCopies() {
   if (!active_) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   g_on.store(false);
-  for (auto& entry : g_queues) close_device_stream(entry.second.stream);
+  for (auto& entry : g_queues) {
+    close_device_stream(entry.second.stream);
+    if (entry.second.slots != nullptr) ggml_backend_buffer_free(entry.second.slots);
+  }
   g_queues.clear();
+  g_slots = false;
 }
 
 uint64_t LocalInputCopies::staged() { return g_staged.load(); }
@@ -174,6 +221,7 @@ bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable
   if (q == nullptr) return false;
   ggml_tensor to = raw_bytes(buf, dst->data, n);
   const CopyKey key{id != nullptr ? id->tensor : nullptr, id != nullptr ? id->offset : 0, src->data, n};
+  if (g_slots && id != nullptr && place_in_slot(*q, buf, src, dst, key)) return true;
   if (id != nullptr) {
     auto it = q->firsts.find(key);
     if (it != q->firsts.end()) {
@@ -226,6 +274,8 @@ void local_inputs_new_run() {
     q.pending = false;
     q.firsts.clear();
     q.deferred.clear();  // never launched
+    q.slots_used = 0;
+    q.slot_of.clear();
   }
 }
 

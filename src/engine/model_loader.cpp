@@ -96,13 +96,6 @@ Result<std::vector<ggml_backend_dev_t>> collect_devices(const Placement& p) {
 
 }  // namespace
 
-std::string rpc_endpoint(const char* name) {
-  if (name == nullptr || std::strncmp(name, "RPC", 3) != 0) return "";
-  const char* open = std::strchr(name, '[');
-  const char* close = open != nullptr ? std::strrchr(open, ']') : nullptr;
-  return close != nullptr ? std::string(open + 1, close) : "";
-}
-
 Status start_in_process_rpc_server(const std::string& endpoint, int threads) {
   llama_backend_init();
   std::vector<ggml_backend_dev_t> devices;

@@ -57,6 +57,8 @@ struct Placement {
   // Experimental: the RPC servers read a step's inputs from one copy per step in a buffer of the
   // head's on them, not from a copy per layer (engine/rpc_writes.h, redirect_rpc_input).
   bool worker_input_slots = false;
+  // Experimental: the same on this machine's GPUs (engine/local_inputs.h). Needs queue_local_inputs.
+  bool local_input_slots = false;
 };
 
 // The endpoints to which a step's repeated inputs go as markers under `p`.
@@ -74,9 +76,6 @@ struct ModelDeleter {
 };
 using ModelPtr = std::unique_ptr<llama_model, ModelDeleter>;
 
-// The endpoint in the name of an RPC device or buffer type ("RPC0[127.0.0.1:7071]" ->
-// "127.0.0.1:7071"); "" for any other name.
-std::string rpc_endpoint(const char* name);
 
 // Starts ggml's own RPC server inside this process on `endpoint` ("127.0.0.1:PORT"), serving the
 // local GPUs (the CPU when there is none), and waits until it accepts. For measurement only: a split

@@ -15,7 +15,7 @@
 #include "common/device_stream.h"
 #include "common/input_reuse.h"
 #include "common/tensor_set_hook.h"
-#include "engine/model_loader.h"
+#include "engine/ggml_devices.h"
 #include "engine/sched_hooks.h"
 #include "ggml-backend.h"
 #include "ggml.h"

@@ -60,7 +60,8 @@ class AsyncRpcWrites {
 // an input the scheduler copies once per layer crosses the link once and costs the server no message
 // and no copy for the other layers, whatever server it is. Offsets follow the order of the copies
 // in a run, so a graph gets the same addresses in every run, as a graph the server keeps and runs
-// again needs. For the copy interposer: true when it placed the copy.
+// again needs. The buffer goes with the AsyncRpcWrites, which must outlive the scheduler whose
+// copies point at it. For the copy interposer: true when it placed the copy.
 bool redirect_rpc_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id);
 // For the launch interposer: stops the process, saying why, if a split's graph on `backend` holds a
 // view of a redirected copy (ggml's scheduler makes none: a view follows its source's device), which

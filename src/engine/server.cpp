@@ -185,7 +185,7 @@ void Server::load() {
     rpc_writes_ = std::make_unique<AsyncRpcWrites>(reuse_endpoints(config_.load.placement),
                                                    config_.load.placement.worker_input_slots);
   }
-  if (config_.load.placement.queue_local_inputs) local_inputs_ = std::make_unique<LocalInputCopies>();
+  if (config_.load.placement.queue_local_inputs) local_inputs_ = std::make_unique<LocalInputCopies>(config_.load.placement.local_input_slots);
   auto scheduler = Scheduler::create(model_.get(), config_.scheduler);
   if (!scheduler.is_ok()) return set_failed(scheduler.status().message());
   {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "engine/sched_hooks.h"
@@ -156,35 +157,39 @@ TEST(LocalInputs, OnTheCpuNothingIsQueuedAndLaunchesAreSeen) {
   EXPECT_EQ(LocalInputCopies::repeated(), repeated);
 }
 
-// Elements: small (a decode step's masks), and larger than what is staged (a long prompt's).
-class LocalInputsOnAGpu : public ::testing::TestWithParam<int64_t> {};
+// Elements: small (a decode step's masks), and larger than what is staged (a long prompt's); and
+// the experimental input slots (one copy per run that the copies point at) or not.
+class LocalInputsOnAGpu : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {};
 
 TEST_P(LocalInputsOnAGpu, EveryCopyIsOnTheDeviceBeforeTheSplitReadsIt) {
   ggml_backend_dev_t gpu = first_gpu();
   if (gpu == nullptr) GTEST_SKIP() << "no GPU here";
-  const int64_t n = GetParam();
+  const auto [n, slots] = GetParam();
   ViewsOfAnInput g(gpu, n);
   {
-    LocalInputCopies on;
+    LocalInputCopies on(slots);
     const uint64_t repeated = LocalInputCopies::repeated(), spared = LocalInputCopies::bytes_not_copied();
     const uint64_t staged = LocalInputCopies::staged();
     constexpr int kRuns = 20;
     for (int seed = 0; seed < kRuns; ++seed) ASSERT_TRUE(g.run(seed));
     EXPECT_GE(g.splits(), 1);
     // Per run: the first full view and the first half view are copied from host memory (staged
-    // when small enough), the others from them on the device.
+    // when small enough), the others from them on the device (or, with slots, point at them).
     EXPECT_EQ(LocalInputCopies::repeated() - repeated, static_cast<uint64_t>(kRuns * (kFullViews - 1 + kHalfViews - 1)));
     EXPECT_EQ(LocalInputCopies::bytes_not_copied() - spared,
               static_cast<uint64_t>(kRuns) * sizeof(float) * ((kFullViews - 1) * n + (kHalfViews - 1) * (n / 2)));
     EXPECT_GT(LocalInputCopies::staged() - staged, 0u);
   }
-  // Off: ggml's own copies, the same results, nothing counted.
+  // Off: ggml's own copies, the same results, nothing counted (a graph of its own: slots, and what
+  // points at them, go with the LocalInputCopies that made them).
+  ViewsOfAnInput off(gpu, n);
   const uint64_t repeated = LocalInputCopies::repeated();
-  for (int seed = 100; seed < 103; ++seed) ASSERT_TRUE(g.run(seed));
+  for (int seed = 100; seed < 103; ++seed) ASSERT_TRUE(off.run(seed));
   EXPECT_EQ(LocalInputCopies::repeated(), repeated);
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, LocalInputsOnAGpu, ::testing::Values(int64_t{256}, int64_t{5} << 20));
+INSTANTIATE_TEST_SUITE_P(Sizes, LocalInputsOnAGpu,
+                         ::testing::Combine(::testing::Values(int64_t{256}, int64_t{5} << 20), ::testing::Bool()));
 
 // A port nothing listens on now.
 int free_port() {
