@@ -9,7 +9,7 @@
 #   bench/device-compare.sh placement          bench/device-placement.sh: the split's cost against the worker's layers, ~3 min
 #   bench/device-compare.sh reuse              bench/device-reuse.sh: what sending repeated inputs once saves a prompt, ~4 min
 #   bench/device-compare.sh contexts           bench/device-contexts.sh: the split's cost with one CUDA context or two, ~3 min
-#   bench/device-compare.sh local              bench/device-local.sh: what queuing the head's own GPU input copies saves, ~3 min
+#   bench/device-compare.sh local              bench/device-local.sh: the head's queued GPU input copies and the input slots, ~4.5 min
 # Results and logs go to $OUT (the device tool's output folder) as well as bench/results/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
