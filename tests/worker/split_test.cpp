@@ -35,6 +35,17 @@ GenerateOptions options(const std::string& model) {
   return g;
 }
 
+// ~630 tokens of prompt: two prompt chunks, sparse-attention masks of 1 MiB per layer.
+GenerateOptions long_prompt_options(const std::string& model, int n_predict) {
+  GenerateOptions g = options(model);
+  g.prompt.clear();
+  for (int i = 0; i < 45; ++i) g.prompt += "the quick brown fox jumps over the lazy dog and keeps running ";
+  g.n_ctx = 1024;
+  g.n_predict = n_predict;
+  g.placement.cpu_weight_repack = false;
+  return g;
+}
+
 std::string local(const link::Forwarder& f) { return "127.0.0.1:" + std::to_string(f.port()); }
 
 class Split : public ::testing::Test {
@@ -87,13 +98,7 @@ TEST_F(Split, TwoWorkersThroughForwardersGiveTheTokensOfOneProcess) {
 // A long prompt's sparse-attention inputs repeat in every worker layer: to a tandem worker they
 // cross the link once per step (common/input_reuse.h) and the tokens stay those of one process.
 TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
-  GenerateOptions longer = options(model_);
-  std::string prompt;
-  for (int i = 0; i < 45; ++i) prompt += "the quick brown fox jumps over the lazy dog and keeps running ";
-  longer.prompt = prompt;  // ~630 tokens: two prompt chunks, masks of 1 MiB per layer
-  longer.n_ctx = 1024;
-  longer.n_predict = 8;
-  longer.placement.cpu_weight_repack = false;
+  const GenerateOptions longer = long_prompt_options(model_, 8);
   auto alone = generate(longer);
   ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
 
@@ -142,13 +147,7 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
 // repeated inputs from one copy the head keeps on it; the tokens stay those of one process, through
 // prompt chunks and decode steps whose graphs the worker keeps and runs again.
 TEST_F(Split, WorkerInputSlotsGiveTheTokensOfOneProcessWithFewerBytes) {
-  GenerateOptions longer = options(model_);
-  std::string prompt;
-  for (int i = 0; i < 45; ++i) prompt += "the quick brown fox jumps over the lazy dog and keeps running ";
-  longer.prompt = prompt;
-  longer.n_ctx = 1024;
-  longer.n_predict = 12;
-  longer.placement.cpu_weight_repack = false;
+  const GenerateOptions longer = long_prompt_options(model_, 12);
   auto alone = generate(longer);
   ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
 
