@@ -43,7 +43,7 @@ struct Connection {
   std::unordered_set<const ggml_tensor*> redirected;  // this run's
 };
 std::unordered_map<ggml_backend_dev_t, Connection> g_connections;
-bool g_input_slots = false;  // while live
+std::atomic<bool> g_input_slots{false};  // while live
 std::atomic<unsigned long long> g_writes{0}, g_copies{0}, g_identified{0}, g_bytes_not_sent{0};
 std::atomic<unsigned long long> g_slotted{0}, g_slot_bytes_not_sent{0};
 constexpr size_t kSlotBytes = size_t{64} << 20;
@@ -138,8 +138,8 @@ unsigned long long AsyncRpcWrites::slotted_inputs() { return g_slotted.load(); }
 unsigned long long AsyncRpcWrites::slot_bytes_not_sent() { return g_slot_bytes_not_sent.load(); }
 
 bool redirect_rpc_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id) {
-  if (id == nullptr || dst->view_src != nullptr || dst->buffer == nullptr ||
-      ggml_backend_buffer_get_usage(dst->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
+  if (!g_input_slots.load(std::memory_order_relaxed) || id == nullptr || dst->view_src != nullptr ||
+      dst->buffer == nullptr || ggml_backend_buffer_get_usage(dst->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
     return false;
   }
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -183,6 +183,7 @@ bool redirect_rpc_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTab
 }
 
 void check_rpc_launch(ggml_backend_t backend, ggml_cgraph* graph) {
+  if (!g_input_slots.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_live || !g_input_slots) return;
   auto it = g_connections.find(ggml_backend_get_device(backend));
