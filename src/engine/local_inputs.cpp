@@ -41,6 +41,7 @@ struct Queue {
   std::vector<Deferred> deferred;
   // Input slots (experimental): this run's inputs, once each, at offsets in the order of the copies.
   ggml_backend_buffer_t slots = nullptr;
+  ggml_backend_t last_launch = nullptr;  // the backend of the last split launched on this device
   bool slots_failed = false;
   size_t slots_used = 0;
   std::unordered_map<CopyKey, size_t, CopyKeyHash> slot_of;
@@ -125,6 +126,7 @@ Queue* queue_for(ggml_backend_buffer_t buf) {
 
 // The split about to run on `backend` reads what was queued: its stream waits for the queue.
 void hand_over(Queue& q, ggml_backend_t backend) {
+  q.last_launch = backend;
   read_deferred(q);
   if (q.pending) {
     if (q.stream.event != nullptr) {
@@ -156,6 +158,10 @@ bool place_in_slot(Queue& q, ggml_backend_buffer_t buf, const ggml_tensor* src, 
     const size_t align = ggml_backend_buffer_get_alignment(q.slots);
     const size_t need = (key.bytes + align - 1) / align * align;
     if (key.bytes > kMaxStaged || q.slots_used + need > ggml_backend_buffer_get_size(q.slots)) return false;
+    // The slots are rewritten every run: the last run's graphs on this device must be done reading
+    // them. ggml's scheduler has waited for them already unless it pipelines (then it waits for an
+    // older run's only).
+    if (q.slots_used == 0 && q.last_launch != nullptr) ggml_backend_synchronize(q.last_launch);
     it = q.slot_of.emplace(key, q.slots_used).first;
     q.slots_used += need;
     ggml_tensor slot = raw_bytes(q.slots, base + it->second, key.bytes);
