@@ -60,6 +60,12 @@ engine::Placement placement(const EngineFlags& f) {
   p.queue_local_inputs = !f.sync_local_inputs;
   p.worker_input_slots = f.worker_input_slots;
   p.local_input_slots = f.local_input_slots;
+  if (f.worker_input_slots && (p.rpc_servers.empty() || f.sync_rpc_writes)) {
+    fail("--worker-input-slots: needs --rpc servers and their queued writes (drop --sync-rpc-writes)", 2);
+  }
+  if (f.local_input_slots && f.sync_local_inputs) {
+    fail("--local-input-slots: needs the queued local copies (drop --sync-local-inputs)", 2);
+  }
   for (const std::string& n : split_commas(f.split)) {
     try {
       p.device_layers.push_back(std::stoi(n));

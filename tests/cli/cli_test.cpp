@@ -90,7 +90,8 @@ TEST(Cli, EngineGeneratesFromAPrompt) {
 
 // A split through ggml's RPC server inside the engine's own process (a measurement switch) gives
 // the tokens of one process, keeps its JSON on stdout apart from the server's log, and counts the
-// scheduler's runs; --tandem-worker must name an --rpc endpoint.
+// scheduler's runs; --tandem-worker must name an --rpc endpoint. The same with the experimental
+// input slots.
 TEST(Cli, EngineSplitsThroughAnRpcServerInItsOwnProcess) {
   ScratchDir dir;
   ASSERT_EQ(run_tandem("synth --preset tiny -o " + dir.file("t.gguf"), dir.file("")).exit_code, 0);
@@ -108,6 +109,21 @@ TEST(Cli, EngineSplitsThroughAnRpcServerInItsOwnProcess) {
   auto wrong = run_tandem(args + " --rpc " + ep + " --tandem-worker 127.0.0.1:1", dir.file(""));
   EXPECT_EQ(wrong.exit_code, 2);
   EXPECT_NE(wrong.err.find("--tandem-worker: '127.0.0.1:1' is not one of the --rpc endpoints"), std::string::npos) << wrong.err;
+
+  // The experimental input slots work with ggml's own server too, and need what they build on.
+  const std::string ep2 = "127.0.0.1:" + std::to_string(tandem::testing::free_port());
+  auto slotted = run_tandem(args + " --rpc " + ep2 + " --rpc-in-process " + ep2 + " --cpu-layers 1 --layer-split 3 --worker-input-slots",
+                            dir.file(""));
+  ASSERT_EQ(slotted.exit_code, 0) << slotted.err;
+  auto c = nlohmann::json::parse(slotted.out);
+  EXPECT_EQ(c["tokens"], a["tokens"]);
+  EXPECT_GT(c["slotted_inputs"].get<int>(), 0);
+  auto alone_slots = run_tandem(args + " --worker-input-slots", dir.file(""));
+  EXPECT_EQ(alone_slots.exit_code, 2);
+  EXPECT_NE(alone_slots.err.find("--worker-input-slots: needs --rpc servers"), std::string::npos) << alone_slots.err;
+  auto both = run_tandem(args + " --local-input-slots --sync-local-inputs", dir.file(""));
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--local-input-slots: needs the queued local copies"), std::string::npos) << both.err;
 }
 
 }  // namespace
