@@ -33,7 +33,7 @@ struct EngineFlags {
   std::string rpc_in_process;
   bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false,
        sync_rpc_writes = false, no_input_reuse = false, sync_local_inputs = false,
-       worker_input_slots = false, local_input_slots = false;
+       no_worker_input_slots = false, no_local_input_slots = false;
   int verbose = 0;
 };
 
@@ -58,14 +58,8 @@ engine::Placement placement(const EngineFlags& f) {
   }
   p.reuse_inputs = !f.no_input_reuse;
   p.queue_local_inputs = !f.sync_local_inputs;
-  p.worker_input_slots = f.worker_input_slots;
-  p.local_input_slots = f.local_input_slots;
-  if (f.worker_input_slots && (p.rpc_servers.empty() || f.sync_rpc_writes)) {
-    fail("--worker-input-slots: needs --rpc servers and their queued writes (drop --sync-rpc-writes)", 2);
-  }
-  if (f.local_input_slots && f.sync_local_inputs) {
-    fail("--local-input-slots: needs the queued local copies (drop --sync-local-inputs)", 2);
-  }
+  p.worker_input_slots = !f.no_worker_input_slots;
+  p.local_input_slots = !f.no_local_input_slots;
   for (const std::string& n : split_commas(f.split)) {
     try {
       p.device_layers.push_back(std::stoi(n));
@@ -177,12 +171,13 @@ void register_engine(CLI::App& app) {
   cmd->add_flag("--sync-rpc-writes", f.sync_rpc_writes,
                 "Write each step's inputs to RPC servers one at a time, waiting on each, as ggml's client does "
                 "(default: queued without waiting; this is for measuring the difference)");
-  cmd->add_flag("--worker-input-slots", f.worker_input_slots,
-                "Experimental: RPC servers read each step's inputs from one copy per step that the head keeps on them "
-                "(64 MiB each, not in the plan), instead of a copy per layer (for measuring the difference)");
-  cmd->add_flag("--local-input-slots", f.local_input_slots,
-                "Experimental: this machine's GPUs read each step's inputs from one copy per step (64 MiB each, not in "
-                "the plan) instead of a copy per layer (for measuring the difference)");
+  cmd->add_flag("--no-worker-input-slots", f.no_worker_input_slots,
+                "RPC servers get a copy of each step's input per layer that reads it, as ggml's scheduler makes them (default: "
+                "one copy per step in a buffer of 64 MiB the head keeps on each server; off with --sync-rpc-writes too; "
+                "for measuring the difference)");
+  cmd->add_flag("--no-local-input-slots", f.no_local_input_slots,
+                "This machine's GPUs get a copy of each step's input per layer that reads it (default: one copy per step "
+                "in a buffer of 64 MiB per GPU; off with --sync-local-inputs too; for measuring the difference)");
   cmd->add_flag("--sync-local-inputs", f.sync_local_inputs,
                 "Copy each step's inputs into this machine's GPUs one at a time, waiting on each, as ggml's scheduler does "
                 "(default: queued, an input repeated across layers copied from host memory once; for measuring the difference)");

@@ -1,5 +1,6 @@
 #include "common/input_reuse.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tandem {
@@ -18,6 +19,11 @@ uint64_t get(const uint8_t* p, int n) {
 }
 
 }  // namespace
+
+uint64_t input_slot_bytes(uint64_t n_embd, uint64_t tokens, uint64_t kv_per_stream) {
+  const uint64_t f32 = 4;
+  return std::min<uint64_t>(kInputSlotBytes, tokens * n_embd * f32 + 3 * kv_per_stream * tokens * f32 + (256u << 10));
+}
 
 std::array<uint8_t, kReuseMarkerSize> encode_reuse_marker(const ReuseMarker& m) {
   std::array<uint8_t, kReuseMarkerSize> out{};

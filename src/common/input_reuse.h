@@ -29,6 +29,13 @@ constexpr size_t kReuseMinBytes = 16 * 1024;
 // 64k positions.
 constexpr uint64_t kReuseBudget = 256ull << 20;
 constexpr uint32_t kReuseSlots = 8;
+// The most the input slots (engine/rpc_writes.h, engine/local_inputs.h) take on one device.
+constexpr uint64_t kInputSlotBytes = 64ull << 20;
+// Bytes of the input slots on one device: one copy of each of a step's inputs, room for the hidden
+// state (`tokens` rows of `n_embd` f32), three masks over `kv_per_stream` cells and 256 KiB of small
+// inputs, at most kInputSlotBytes. The planner counts them on every device that reads a step's
+// inputs other than the head's CPU; inputs beyond them are copied as without slots.
+uint64_t input_slot_bytes(uint64_t n_embd, uint64_t tokens, uint64_t kv_per_stream);
 
 enum class ReuseOp : uint32_t { keep = 1, copy = 2 };
 

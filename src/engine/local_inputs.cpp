@@ -18,7 +18,6 @@ namespace {
 constexpr size_t kArenaBytes = size_t{32} << 20;
 constexpr size_t kMaxStaged = size_t{16} << 20;
 constexpr size_t kAlign = 256;
-constexpr size_t kSlotBytes = size_t{64} << 20;
 
 struct First {
   ggml_backend_buffer_t buffer;
@@ -39,7 +38,7 @@ struct Queue {
   bool pending = false;  // copies queued since the device's stream last waited for the queue
   std::unordered_map<CopyKey, First, CopyKeyHash> firsts;
   std::vector<Deferred> deferred;
-  // Input slots (experimental): this run's inputs, once each, at offsets in the order of the copies.
+  // Input slots: this run's inputs, once each, at offsets in the order of the copies.
   ggml_backend_buffer_t slots = nullptr;
   ggml_backend_t last_launch = nullptr;  // the backend of the last split launched on this device
   bool slots_failed = false;
@@ -49,7 +48,7 @@ struct Queue {
 
 std::mutex g_mutex;
 std::atomic<bool> g_on{false};
-bool g_slots = false;  // under g_mutex, while on
+uint64_t g_slot_bytes = 0;  // under g_mutex, while on; 0: no slots
 std::unordered_map<ggml_backend_buffer_type_t, Queue> g_queues;  // under g_mutex
 std::atomic<uint64_t> g_staged{0}, g_repeated{0}, g_bytes_not_copied{0}, g_deferred{0}, g_deferred_ns{0};
 
@@ -146,7 +145,7 @@ void hand_over(Queue& q, ggml_backend_t backend) {
 bool place_in_slot(Queue& q, ggml_backend_buffer_t buf, const ggml_tensor* src, ggml_tensor* dst, const CopyKey& key) {
   if (q.slots_failed || dst->view_src != nullptr) return false;
   if (q.slots == nullptr) {
-    q.slots = ggml_backend_buft_alloc_buffer(ggml_backend_buffer_get_type(buf), kSlotBytes);
+    q.slots = ggml_backend_buft_alloc_buffer(ggml_backend_buffer_get_type(buf), g_slot_bytes);
     if (q.slots == nullptr) {
       q.slots_failed = true;
       return false;
@@ -191,10 +190,10 @@ void local_inputs_before_launch(ggml_backend_t backend) {
   }
 }
 
-LocalInputCopies::LocalInputCopies(bool slots) {
+LocalInputCopies::LocalInputCopies(uint64_t slot_bytes) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_on.load()) return;
-  g_slots = slots;
+  g_slot_bytes = slot_bytes;
   g_on.store(true);
   active_ = true;
 }
@@ -208,7 +207,7 @@ LocalInputCopies::~LocalInputCopies() {
     if (entry.second.slots != nullptr) ggml_backend_buffer_free(entry.second.slots);
   }
   g_queues.clear();
-  g_slots = false;
+  g_slot_bytes = 0;
 }
 
 uint64_t LocalInputCopies::staged() { return g_staged.load(); }
@@ -227,7 +226,7 @@ bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable
   if (q == nullptr) return false;
   ggml_tensor to = raw_bytes(buf, dst->data, n);
   const CopyKey key{id != nullptr ? id->tensor : nullptr, id != nullptr ? id->offset : 0, src->data, n};
-  if (g_slots && id != nullptr && place_in_slot(*q, buf, src, dst, key)) return true;
+  if (g_slot_bytes > 0 && id != nullptr && place_in_slot(*q, buf, src, dst, key)) return true;
   if (id != nullptr) {
     auto it = q->firsts.find(key);
     if (it != q->firsts.end()) {

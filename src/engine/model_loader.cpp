@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <numeric>
 #include <thread>
 
+#include "common/input_reuse.h"
 #include "common/log.h"
 #include "engine/cached_upload.h"
 #include "engine/hash_memo.h"
@@ -115,6 +117,14 @@ Status start_in_process_rpc_server(const std::string& endpoint, int threads) {
 }
 
 void ModelDeleter::operator()(llama_model* m) const { llama_model_free(m); }
+
+uint64_t input_slot_bytes(bool on, const llama_model* model, uint32_t n_ctx, uint32_t n_seq, uint32_t n_ubatch) {
+  if (!on) return 0;
+  // The planner's shape (plan/memory_model.cpp): each sequence's cells rounded up to 256.
+  const uint64_t per_stream = (n_ctx / std::max<uint32_t>(1, n_seq) + 255) / 256 * 256;
+  const uint64_t tokens = std::min<uint64_t>(n_ubatch, per_stream * std::max<uint32_t>(1, n_seq));
+  return tandem::input_slot_bytes(static_cast<uint64_t>(llama_model_n_embd(model)), tokens, per_stream);
+}
 
 Result<std::vector<std::string>> offload_devices(const Placement& placement) {
   llama_backend_init();

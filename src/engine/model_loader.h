@@ -54,11 +54,12 @@ struct Placement {
   // distinct input copied from host memory once per split (engine/local_inputs.h). Off only to
   // measure what that saves.
   bool queue_local_inputs = true;
-  // Experimental: the RPC servers read a step's inputs from one copy per step in a buffer of the
-  // head's on them, not from a copy per layer (engine/rpc_writes.h, redirect_rpc_input).
-  bool worker_input_slots = false;
-  // Experimental: the same on this machine's GPUs (engine/local_inputs.h). Needs queue_local_inputs.
-  bool local_input_slots = false;
+  // The RPC servers read a step's inputs from one copy per step in a buffer of the head's on them
+  // (kInputSlotBytes each), not from a copy per layer (engine/rpc_writes.h, redirect_rpc_input).
+  // Needs `async_rpc_writes`. Off only to measure what the slots save.
+  bool worker_input_slots = true;
+  // The same on this machine's GPUs (engine/local_inputs.h). Needs `queue_local_inputs`.
+  bool local_input_slots = true;
 };
 
 // The endpoints to which a step's repeated inputs go as markers under `p`.
@@ -85,6 +86,11 @@ Status start_in_process_rpc_server(const std::string& endpoint, int threads);
 
 // Names of the offload devices `placement` would use, in order (e.g. "CUDA0", "RPC0[127.0.0.1:7071]").
 Result<std::vector<std::string>> offload_devices(const Placement& placement);
+
+// The input slots' size on each device (common/input_reuse.h) for `model` under a context of
+// `n_ctx` cells shared by `n_seq` sequences and batches of `n_ubatch` tokens, as the planner counts
+// them; 0 when `on` is false.
+uint64_t input_slot_bytes(bool on, const llama_model* model, uint32_t n_ctx, uint32_t n_seq, uint32_t n_ubatch);
 
 // Loads the model with every layer placed as asked; no warm-up. Errors say which server could not
 // be reached or why libllama refused the model.

@@ -44,9 +44,9 @@ struct Connection {
 };
 std::unordered_map<ggml_backend_dev_t, Connection> g_connections;
 std::atomic<bool> g_input_slots{false};  // while live
+uint64_t g_slot_bytes = 0;               // while live, under g_mutex
 std::atomic<unsigned long long> g_writes{0}, g_copies{0}, g_identified{0}, g_bytes_not_sent{0};
 std::atomic<unsigned long long> g_slotted{0}, g_slot_bytes_not_sent{0};
-constexpr size_t kSlotBytes = size_t{64} << 20;
 
 uint64_t new_session() {
   std::random_device rd;
@@ -104,12 +104,13 @@ bool write_async(ggml_tensor* tensor, const void* data, size_t offset, size_t si
 
 }  // namespace
 
-AsyncRpcWrites::AsyncRpcWrites(std::set<std::string> reuse_endpoints, bool input_slots) {
+AsyncRpcWrites::AsyncRpcWrites(std::set<std::string> reuse_endpoints, uint64_t slot_bytes) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_live || !tensor_set_interposed()) return;
   g_live = active_ = true;
   g_reuse_endpoints = std::move(reuse_endpoints);
-  g_input_slots = input_slots;
+  g_input_slots = slot_bytes > 0;
+  g_slot_bytes = slot_bytes;
   add_tensor_set_hook(&write_async);
 }
 
@@ -147,7 +148,7 @@ bool redirect_rpc_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTab
   Connection* c = connection_of(dst->buffer);
   if (c == nullptr || c->slots_failed) return false;
   if (c->slots == nullptr) {
-    c->slots = ggml_backend_buft_alloc_buffer(ggml_backend_buffer_get_type(dst->buffer), kSlotBytes);
+    c->slots = ggml_backend_buft_alloc_buffer(ggml_backend_buffer_get_type(dst->buffer), g_slot_bytes);
     if (c->slots == nullptr) {
       c->slots_failed = true;
       return false;
@@ -191,8 +192,9 @@ void check_rpc_launch(ggml_backend_t backend, ggml_cgraph* graph) {
   for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
     const ggml_tensor* t = ggml_graph_node(graph, i);
     if (t->view_src == nullptr || it->second.redirected.count(t->view_src) == 0) continue;
-    std::fprintf(stderr, "tandem-engine: --worker-input-slots cannot serve this model: node '%s' of a worker's graph "
-                 "is a view of the step input '%s'; run without --worker-input-slots\n", t->name, t->view_src->name);
+    std::fprintf(stderr, "tandem-engine: the worker input slots cannot serve this model: node '%s' of a worker's "
+                 "graph is a view of the step input '%s'; run the engine with --no-worker-input-slots (`tandem serve "
+                 "--engine-flag=--no-worker-input-slots`)\n", t->name, t->view_src->name);
     std::abort();
   }
 }

@@ -29,8 +29,9 @@ class AsyncRpcWrites {
   // Installs the interposer's hook; at most one lives at a time (a second one installs nothing,
   // as does a build that does not interpose ggml_backend_tensor_set). `reuse_endpoints`: the RPC
   // endpoints ("host:port") that reach a tandem worker of this build, which take input-reuse
-  // markers; never a stock RPC server. `input_slots`: see redirect_rpc_input (experimental).
-  explicit AsyncRpcWrites(std::set<std::string> reuse_endpoints = {}, bool input_slots = false);
+  // markers; never a stock RPC server. `slot_bytes`: the input slots' size on each server
+  // (input_slot_bytes; 0: none), see redirect_rpc_input.
+  explicit AsyncRpcWrites(std::set<std::string> reuse_endpoints = {}, uint64_t slot_bytes = 0);
   // Uninstalls it and frees the backend handles it opened on the RPC connections.
   ~AsyncRpcWrites();
   AsyncRpcWrites(const AsyncRpcWrites&) = delete;
@@ -54,14 +55,15 @@ class AsyncRpcWrites {
   bool active_ = false;
 };
 
-// Experimental (`tandem engine --worker-input-slots`): the scheduler's copy of a step's input into
-// an RPC server, `dst`, is pointed at one copy per step of those bytes in a buffer the head
-// allocated on that server (64 MiB per server, not counted by the planner) instead of being written:
-// an input the scheduler copies once per layer crosses the link once and costs the server no message
-// and no copy for the other layers, whatever server it is. Offsets follow the order of the copies
-// in a run, so a graph gets the same addresses in every run, as a graph the server keeps and runs
-// again needs. The buffer goes with the AsyncRpcWrites, which must outlive the scheduler whose
-// copies point at it. For the copy interposer: true when it placed the copy.
+// Input slots (on unless `tandem engine --no-worker-input-slots`): the scheduler's copy of a step's
+// input into an RPC server, `dst`, is pointed at one copy per step of those bytes in a buffer the
+// head allocated on that server (the AsyncRpcWrites' `slot_bytes` per server, counted by the planner) instead of
+// being written: an input the scheduler copies once per layer crosses the link once and costs the
+// server no message and no copy for the other layers, whatever server it is. Offsets follow the
+// order of the copies in a run, so a graph gets the same addresses in every run, as a graph the
+// server keeps and runs again needs; inputs beyond the buffer take the usual path, in every run
+// alike. The buffer goes with the AsyncRpcWrites, which must outlive the scheduler whose copies
+// point at it. For the copy interposer: true when it placed the copy.
 bool redirect_rpc_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id);
 // For the launch interposer: stops the process, saying why, if a split's graph on `backend` holds a
 // view of a redirected copy (ggml's scheduler makes none: a view follows its source's device), which

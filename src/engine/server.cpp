@@ -181,11 +181,14 @@ void Server::load() {
     return set_failed(describe_placement(config_, info.is_ok() ? info->tensor_bytes : 0) + " failed: " + model.status().message());
   }
   model_ = std::move(model.value());
-  if (!config_.load.placement.rpc_servers.empty() && config_.load.placement.async_rpc_writes) {
-    rpc_writes_ = std::make_unique<AsyncRpcWrites>(reuse_endpoints(config_.load.placement),
-                                                   config_.load.placement.worker_input_slots);
-  }
-  if (config_.load.placement.queue_local_inputs) local_inputs_ = std::make_unique<LocalInputCopies>(config_.load.placement.local_input_slots);
+  const Placement& p = config_.load.placement;
+  const SchedulerOptions& so = config_.scheduler;
+  const auto slots = [&](bool on) {
+    return input_slot_bytes(on, model_.get(), static_cast<uint32_t>(so.context * so.parallel), static_cast<uint32_t>(so.parallel),
+                            static_cast<uint32_t>(so.batch));
+  };
+  if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes_ = std::make_unique<AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots));
+  if (p.queue_local_inputs) local_inputs_ = std::make_unique<LocalInputCopies>(slots(p.local_input_slots));
   auto scheduler = Scheduler::create(model_.get(), config_.scheduler);
   if (!scheduler.is_ok()) return set_failed(scheduler.status().message());
   {

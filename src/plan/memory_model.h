@@ -69,6 +69,7 @@ struct ModelCosts {
   uint64_t compute_pipeline_extra = 0;
   uint64_t host_output = 0;      // the context's logits buffer on the head
   uint64_t worker_reuse_slots = 0;  // a worker's device with sparse layers: repeated-input slots
+  uint64_t input_slots = 0;         // a device that reads a step's inputs, but the head's CPU (input_slot_bytes)
   uint64_t kv_cells = 0;
   std::vector<int> sparse_before;  // [l]: sparse layers among [0, l), so a range's kind is O(1)
 };

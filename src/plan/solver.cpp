@@ -36,13 +36,15 @@ struct Cost {
 };
 
 // A head whose first device is a GPU (or a unified-memory box) still has the CPU's compute buffer
-// in the same memory, next to the GPU's own.
-// A worker's device with sparse layers also holds the repeated-input slots.
-uint64_t device_compute(const ModelCosts& c, const DeviceSpec& spec, bool host, int first, int count, bool output,
-                        bool pipeline) {
-  if (host && spec.kind == DeviceKind::gpu) return compute_bytes(c, first, count, output, false, pipeline) + c.compute_host;
+// in the same memory, next to the GPU's own. A worker's device with sparse layers also holds the
+// repeated-input slots; every device that reads a step's inputs other than the head's CPU (one
+// holding layers or the output head) holds the head's input slots.
+uint64_t device_compute(const ModelCosts& c, const FlatDevice& f, int first, int count, bool output, bool pipeline) {
+  const bool head = f.node == 0, host = f.host, gpu = f.spec->kind == DeviceKind::gpu;
+  const uint64_t slots = (count > 0 || output) && !(host && !gpu) ? c.input_slots : 0;
+  if (host && gpu) return compute_bytes(c, first, count, output, false, pipeline) + c.compute_host + slots;
   const bool sparse = count > 0 && c.sparse_before[first + count] > c.sparse_before[first];
-  return compute_bytes(c, first, count, output, host, pipeline) + (!host && sparse ? c.worker_reuse_slots : 0);
+  return compute_bytes(c, first, count, output, host, pipeline) + (!head && sparse ? c.worker_reuse_slots : 0) + slots;
 }
 
 int64_t picoseconds(uint64_t bytes, double bandwidth) {
@@ -106,7 +108,7 @@ class Solver {
     uint64_t bytes = prefix_.weights[first + count] - prefix_.weights[first] + prefix_.kv[first + count] - prefix_.kv[first];
     if (f.host) bytes += costs_.input_weights + costs_.other_weights + costs_.host_output;
     if (output) bytes += costs_.output_weights;
-    return bytes + device_compute(costs_, *f.spec, f.host, first, count, output, pipeline);
+    return bytes + device_compute(costs_, f, first, count, output, pipeline);
   }
 
   // `from` extended by device `f` holding layers [l, l+n); infeasible when they do not fit.
@@ -295,7 +297,7 @@ DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCo
     d.weights += c.output_weights;
     read += c.output_read;
   }
-  d.compute += device_compute(c, *f.spec, d.host, first, count, output, pipeline);
+  d.compute += device_compute(c, f, first, count, output, pipeline);
   d.seconds_per_token = static_cast<double>(read) / d.bandwidth;
   return d;
 }

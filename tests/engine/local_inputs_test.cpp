@@ -167,7 +167,7 @@ TEST_P(LocalInputsOnAGpu, EveryCopyIsOnTheDeviceBeforeTheSplitReadsIt) {
   const auto [n, slots] = GetParam();
   ViewsOfAnInput g(gpu, n);
   {
-    LocalInputCopies on(slots);
+    LocalInputCopies on(slots ? kInputSlotBytes : 0);
     const uint64_t repeated = LocalInputCopies::repeated(), spared = LocalInputCopies::bytes_not_copied();
     const uint64_t staged = LocalInputCopies::staged();
     constexpr int kRuns = 20;

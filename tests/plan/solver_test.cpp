@@ -302,7 +302,7 @@ TEST(MemoryModel, AWorkersSparseLayersHoldTheRepeatedInputSlots) {
   bool worker_sparse = false;
   for (const DeviceAssignment& d : plan->devices) {
     const bool sparse = d.n_layers > 0 && c->sparse_before[d.first_layer + d.n_layers] > c->sparse_before[d.first_layer];
-    const uint64_t base = compute_bytes(c.value(), d.first_layer, d.n_layers, d.output, false, plan->pipeline);
+    const uint64_t base = compute_bytes(c.value(), d.first_layer, d.n_layers, d.output, false, plan->pipeline) + c->input_slots;
     if (!d.head && sparse) {
       worker_sparse = true;
       EXPECT_EQ(d.compute, base + c->worker_reuse_slots) << d.node;
@@ -311,6 +311,44 @@ TEST(MemoryModel, AWorkersSparseLayersHoldTheRepeatedInputSlots) {
     }
   }
   EXPECT_TRUE(worker_sparse);
+}
+
+// The input slots (common/input_reuse.h): a step's hidden state and three masks, at most 64 MiB,
+// on every device that reads a step's inputs (layers or the output head) but the head's CPU.
+TEST(MemoryModel, EveryDeviceThatReadsAStepsInputsHoldsTheInputSlots) {
+  ModelInfo m = sparse_toy_model(10, 10);
+  MemoryOptions o;
+  o.context = 4096;
+  auto c = model_costs(m, o);
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->input_slots, 512u * 64 * 4 + 3u * 4096 * 512 * 4 + (256u << 10));  // T x embd, 3 masks, small ones
+  o.context = 1u << 20;
+  EXPECT_EQ(model_costs(m, o)->input_slots, kInputSlotBytes);
+
+  // A CPU head holding layers holds none; its workers do, with layers or only the output head.
+  PlanOptions po = options();
+  po.memory.context = 4096;
+  const uint64_t slots = model_costs(m, po.memory)->input_slots;
+  auto with_cpu_head = solve(m, {node("head", 60, 100e9, DeviceKind::cpu), node("box-b", 400)}, po);
+  ASSERT_TRUE(with_cpu_head.is_ok()) << with_cpu_head.status().to_string();
+  ASSERT_TRUE(with_cpu_head->fits) << with_cpu_head->failure;
+  auto with_gpu_head = solve(m, {node("head", 60), node("box-b", 400)}, po);
+  ASSERT_TRUE(with_gpu_head.is_ok()) << with_gpu_head.status().to_string();
+  ASSERT_TRUE(with_gpu_head->fits) << with_gpu_head->failure;
+  int counted = 0;
+  for (const Plan* p : {&with_cpu_head.value(), &with_gpu_head.value()}) {
+    for (const DeviceAssignment& d : p->devices) {
+      if (d.n_layers == 0 && !d.output) continue;
+      const bool sparse = d.n_layers > 0 && c->sparse_before[d.first_layer + d.n_layers] > c->sparse_before[d.first_layer];
+      uint64_t expected = compute_bytes(c.value(), d.first_layer, d.n_layers, d.output, d.host && d.kind == DeviceKind::cpu, p->pipeline);
+      if (d.host && d.kind == DeviceKind::gpu) expected += c->compute_host;
+      if (!d.head && sparse) expected += c->worker_reuse_slots;
+      const bool reads = !(d.host && d.kind == DeviceKind::cpu);
+      EXPECT_EQ(d.compute - (d.host ? c->host_output : 0), expected + (reads ? slots : 0)) << d.node << " " << d.device;
+      counted += reads ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(counted, 3);  // box-b twice, the GPU head once
 }
 
 }  // namespace

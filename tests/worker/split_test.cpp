@@ -112,6 +112,7 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
     split.placement.rpc_servers = {local(*f)};
     split.placement.tandem_workers = {local(*f)};
     split.placement.reuse_inputs = reuse;
+    split.placement.worker_input_slots = false;  // the path of inputs beyond the slots
     split.placement.cpu_layers = 1;
     split.placement.device_layers = {3};
     const uint64_t copies = AsyncRpcWrites::reused_writes(), spared = AsyncRpcWrites::bytes_not_sent();
@@ -143,7 +144,7 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
   EXPECT_LT(sent[1] + (2u << 20), sent[0]) << "with reuse " << sent[1] << " bytes, without " << sent[0];
 }
 
-// Experimental input slots (engine/rpc_writes.h, redirect_rpc_input): the worker reads a step's
+// Input slots (engine/rpc_writes.h, redirect_rpc_input): the worker reads a step's
 // repeated inputs from one copy the head keeps on it; the tokens stay those of one process, through
 // prompt chunks and decode steps whose graphs the worker keeps and runs again.
 TEST_F(Split, WorkerInputSlotsGiveTheTokensOfOneProcessWithFewerBytes) {
