@@ -67,6 +67,15 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("-t,--threads", f.options.threads, "Engine CPU threads (0: one per physical core)")->capture_default_str();
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine");
+  cmd->add_option("--engine-flag", f.options.engine_flags,
+                  "Turn one of the engine's optimisations off, to measure what it saves, e.g. "
+                  "--engine-flag=--no-worker-input-slots (one of: --no-worker-input-slots, --no-local-input-slots, "
+                  "--sync-rpc-writes, --sync-local-inputs, --no-input-reuse, --no-cpu-repack; see `tandem engine --help`); "
+                  "repeat for more")
+      ->allow_extra_args(false)
+      ->each([](const std::string& flag) {
+        if (Status s = gateway::check_engine_flags({flag}); !s.is_ok()) fail(s.message(), 2);
+      });
   add_log_format_option(cmd);
   cmd->callback([] {
     f.options.config = merged_config(f);

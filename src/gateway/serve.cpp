@@ -3,6 +3,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -77,8 +78,19 @@ std::string default_model_id(const std::string& path) {
 
 }  // namespace
 
+Status check_engine_flags(const std::vector<std::string>& flags) {
+  for (const std::string& f : flags) {
+    if (std::find(kEngineFlags.begin(), kEngineFlags.end(), f) != kEngineFlags.end()) continue;
+    std::string known;
+    for (const std::string& k : kEngineFlags) known += (known.empty() ? "" : ", ") + k;
+    return Status::invalid_argument("--engine-flag: '" + f + "' is not one serve passes on to the engine; these are: " + known);
+  }
+  return Status::ok();
+}
+
 Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   const config::Config& c = o.config;
+  TANDEM_RETURN_IF_ERROR(check_engine_flags(o.engine_flags));
   if (c.model.path.empty()) return Status::invalid_argument("no model: set [model] path in the config or pass --model");
   auto info = plan::read_model_info(c.model.path);
   if (!info.is_ok()) return info.status();
@@ -199,6 +211,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.parallel = static_cast<int>(c.model.parallel);
   so.threads = o.threads;
   so.cuda_graphs = o.cuda_graphs;
+  so.engine_flags = o.engine_flags;
   so.canary_interval = std::chrono::seconds(o.canary_interval_s);
   so.log = log;
   so.progress_tty = ::isatty(STDERR_FILENO) != 0 && log::format() == log::Format::text;

@@ -23,7 +23,15 @@ struct ServeOptions {
   int max_in_flight = 64;            // generation requests admitted at once
   std::string engine_program;        // "" = tandem-engine beside this program
   std::vector<int> layers;           // layers per node (head first) instead of the planner's choice
+  std::vector<std::string> engine_flags;  // passed to tandem-engine as they are: kEngineFlags only
 };
+
+// The tandem-engine flags serve passes on (each turns off one of the engine's optimisations, to
+// measure what it saves); the others serve sets itself.
+inline const std::vector<std::string> kEngineFlags = {"--no-worker-input-slots", "--no-local-input-slots", "--sync-rpc-writes",
+                                                      "--sync-local-inputs", "--no-input-reuse", "--no-cpu-repack"};
+// OK when every flag of `flags` is one of kEngineFlags; otherwise names it and lists those.
+Status check_engine_flags(const std::vector<std::string>& flags);
 
 // Serves until `stop` becomes true. Errors only for what cannot work at all: an unreadable model
 // or key database, a secret file that is refused, a placement that does not fit (the message says

@@ -246,6 +246,7 @@ void Supervisor::spawn_engine() {
   if (!options_.cuda_graphs) args.push_back("--no-cuda-graphs");
   for (const std::string& a : cache_listing_args()) args.insert(args.end(), {"--worker-cache", a});
   if (log::format() == log::Format::json) args.insert(args.end(), {"--log-format", "json"});
+  args.insert(args.end(), options_.engine_flags.begin(), options_.engine_flags.end());
   ::unlink(socket_path_.c_str());
   std::vector<char*> argv;  // built before fork: the child of a threaded process must not allocate
   for (auto& a : args) argv.push_back(a.data());

@@ -45,6 +45,7 @@ struct SupervisorOptions {
   int parallel = 1;
   int threads = 0;
   bool cuda_graphs = true;
+  std::vector<std::string> engine_flags;  // appended to the engine's command line as they are
   std::string runtime_dir;               // for the engine's socket; "" = a fresh folder in /tmp
   std::chrono::seconds canary_interval{30};
   std::chrono::seconds canary_timeout{60};

@@ -94,10 +94,12 @@ TEST(Serve, ChatThroughTwoWorkersStreamingAndNot) {
   EXPECT_NE(metrics->body.find("tandem_state{state=\"ready\"} 1"), std::string::npos);
 }
 
+// (With the worker's input slots off, passed on to the engine: the path beyond the slots.)
 TEST(Serve, WrongKeyIs401AndTheGatewayStaysUp) {
   ScratchDir dir;
-  LocalCluster cluster(dir, 1);
+  LocalCluster cluster(dir, 1, {"--engine-flag=--no-worker-input-slots"});
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
+  EXPECT_NE(cluster.log().find(" --no-worker-input-slots"), std::string::npos) << cluster.log();
   httplib::Client c("127.0.0.1", cluster.port());
   auto r = c.Post("/v1/chat/completions", {{"Authorization", "Bearer tdm_00000000_" + std::string(48, 'f')}},
                   chat(false).dump(), "application/json");
@@ -235,6 +237,11 @@ TEST(Serve, ABadConfigurationIsRefusedWithAMessage) {
   r = run_tandem("serve -c " + dir.file("bad.toml"), dir.file(""));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("contxt"), std::string::npos) << r.err;
+  // Only the engine's switches for measuring: never one that serve sets (a restart loop otherwise).
+  r = run_tandem("serve -m " + dir.file("missing.gguf") + " --engine-flag=--socket", dir.file(""));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--engine-flag: '--socket' is not one serve passes on to the engine; these are: --no-worker-input-slots"),
+            std::string::npos) << r.err;
 }
 
 }  // namespace
