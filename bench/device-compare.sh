@@ -31,7 +31,9 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|l
     nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv > "$out/gpu.txt"
     lscpu | grep -E 'Model name|^CPU\(s\)' >> "$out/gpu.txt"
     MACHINE=${MACHINE:-h200} SPLIT_MODE=gpu "$root/bench/compare.sh" "$root/build-cuda" "$model" "${2:-1}"
-    cp -r "$root"/bench/results/*-"${MACHINE:-h200}" "$out/" ;;
+    # This run's folder only, without the logs: the device tool brings back a limited number of files.
+    run_dir="$root/bench/results/$(date +%Y-%m-%d)-${MACHINE:-h200}"
+    mkdir -p "$out/results" && cp "$run_dir"/results.{json,md,svg} "$out/results/" ;;
   load)
     SKIP_COLD=1 LOAD_ONLY=1 CONFIGS="single tandem-split tandem-split" SPLIT_MODE=gpu \
       "$root/bench/compare.sh" "$root/build-cuda" "$model" 1 2>&1 | tee "$out/load.txt" ;;

@@ -6,8 +6,8 @@
 #   1. the GPU tests (tests/worker/input_writes_test.cpp, tests/engine/local_inputs_test.cpp);
 #   2. tandem-engine one-shot runs of the 60-layer proxy: one process, and the split 30 + 30
 #      through a seeded `tandem worker`, each with the queue on and off (`--sync-local-inputs`),
-#      and with the experimental input slots (`--local-input-slots`, engine/local_inputs.h;
-#      `--worker-input-slots`, engine/rpc_writes.h):
+#      and without the input slots (the default; `--no-local-input-slots`, engine/local_inputs.h;
+#      `--no-worker-input-slots`, engine/rpc_writes.h):
 #      ~540-token prompt and 128 tokens (two rounds), ~4000-token prompt and 16 tokens (one).
 #      A token digest per run: all of one prompt must agree.
 # Run it as `bench/device-compare.sh local`; logs go to $OUT.
@@ -32,12 +32,12 @@ for setting in "45 128 2" "330 16 1"; do
   prompt=$(sentences "$repeats")
   echo "== tandem-engine one-shot, m3-proxy 60 layers, prompt of $repeats sentences (~$((repeats * 12)) tokens), $n_predict tokens"
   for round in $(seq "$rounds"); do
-    engine "one process, queued (round $round)"
+    engine "one process, queued, no slots (round $round)" --no-local-input-slots
     engine "one process, sync (round $round)" --sync-local-inputs
-    split_30_30 "split, queued (round $round)"
-    split_30_30 "split, sync (round $round)" --sync-local-inputs
-    engine "one process, local slots (round $round)" --local-input-slots
-    split_30_30 "split, worker slots (round $round)" --worker-input-slots
-    split_30_30 "split, both slots (round $round)" --worker-input-slots --local-input-slots
+    split_30_30 "split, queued, no slots (round $round)" --no-local-input-slots --no-worker-input-slots
+    split_30_30 "split, sync (round $round)" --sync-local-inputs --no-worker-input-slots
+    engine "one process, local slots (round $round)"
+    split_30_30 "split, worker slots only (round $round)" --no-local-input-slots
+    split_30_30 "split, both slots (round $round)"
   done
 done

@@ -7,7 +7,8 @@
 #   1. the GPU tests of the RPC child's queued writes and reuse slots (tests/worker/input_writes_test.cpp);
 #   2. tandem-engine one-shot runs of the 60-layer proxy, prompts of ~540 and ~4000 tokens, 32
 #      tokens after them: one process, and the split 30 + 30 through a seeded `tandem worker` with
-#      input reuse on and off (`--no-input-reuse`). A token digest per run: all must agree.
+#      input reuse on and off (`--no-input-reuse`), the input slots off (they take the repeats
+#      that fit; reuse serves the rest). A token digest per run: all must agree.
 # Run it as `bench/device-compare.sh reuse`; logs go to $OUT.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,8 +32,8 @@ for repeats in 45 330; do
   echo "== tandem-engine one-shot, m3-proxy 60 layers, prompt of $repeats sentences (~$((repeats * 12)) tokens), 32 tokens"
   for round in 1 2; do
     engine "one process (round $round)"
-    split_30_30 "split, reuse (round $round)"
-    split_30_30 "split, no reuse (round $round)" --no-input-reuse
+    split_30_30 "split, reuse (round $round)" --no-worker-input-slots
+    split_30_30 "split, no reuse (round $round)" --no-input-reuse --no-worker-input-slots
   done
 done
 grep -h "session ended after [1-9]" "$out/worker.log" | sed 's/.*session ended/worker session/' | tail -4

@@ -43,7 +43,8 @@ sleep 1
 split() {  # label, worker port, engine flags...
   local label=$1 port=$2; shift 2
   local ep=127.0.0.1:$((port + 1))
-  engine "$label" --rpc $ep --worker-cache $ep="$out/listing.txt" --layer-split 30,30 --workers-first "$@"
+  # The input slots off: with them most writes are gone, and --sync-rpc-writes turns them off.
+  engine "$label" --rpc $ep --worker-cache $ep="$out/listing.txt" --layer-split 30,30 --workers-first --no-worker-input-slots "$@"
 }
 echo "== tandem-engine one-shot, m3-proxy 60 layers, 256 tokens after 540"
 for round in 1 2 3; do

@@ -2,6 +2,7 @@
 """Turns bench/compare.sh's runs into results.json, results.md and results.svg.
 
 usage: report.py RUNS.jsonl MODEL.json OUT_DIR COMMIT MACHINE
+       report.py --svg RESULTS.json OUT_DIR   (the plot again from a results.json)
 """
 import json
 import os
@@ -12,7 +13,37 @@ FIGURES = [("decode_tps", "decode_tps"), ("prefill_tps", None), ("ttft_ms", "ttf
 CONFIGS = ["single", "stock-split", "stock-split-graphs", "tandem-split"]
 
 
+def write_svg(figures, names, out):
+    """One bar group per figure: each configuration relative to single."""
+    colors = {"single": "#888", "stock-split": "#d95f02", "stock-split-graphs": "#e6ab02", "tandem-split": "#1b9e77"}
+    w, h, bar = 720, 320, 28
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+           '<text x="10" y="18">relative to single (higher is better; ttft: lower is better)</text>']
+    for gi, n in enumerate(names):
+        base = figures.get("single", {}).get(n)
+        x0 = 40 + gi * 170
+        svg.append(f'<text x="{x0}" y="{h - 8}">{n}</text>')
+        for ci, c in enumerate(CONFIGS):
+            v = figures.get(c, {}).get(n)
+            if not base or v is None:
+                continue
+            rel = v / base
+            bh = min(rel, 2.0) * 100
+            x = x0 + ci * (bar + 4)
+            svg.append(f'<rect x="{x}" y="{h - 30 - bh:.0f}" width="{bar}" height="{bh:.0f}" fill="{colors[c]}"/>')
+            svg.append(f'<text x="{x}" y="{h - 34 - bh:.0f}" font-size="10">{rel:.2f}</text>')
+    for ci, c in enumerate(CONFIGS):
+        svg.append(f'<rect x="{w - 170}" y="{30 + ci * 16}" width="10" height="10" fill="{colors[c]}"/>'
+                   f'<text x="{w - 155}" y="{39 + ci * 16}">{c}</text>')
+    svg.append("</svg>")
+    open(os.path.join(out, "results.svg"), "w").write("\n".join(svg))
+
+
 def main():
+    if sys.argv[1:2] == ["--svg"]:
+        results = json.load(open(sys.argv[2]))
+        write_svg(results["figures"], [n for n, _ in FIGURES], sys.argv[3])
+        return
     runs_path, model_path, out, commit, machine = sys.argv[1:6]
     runs = [json.loads(line) for line in open(runs_path) if line.strip()]
     model = json.load(open(model_path))
@@ -85,29 +116,7 @@ def main():
     md += [""]
     open(os.path.join(out, "results.md"), "w").write("\n".join(md))
 
-    # One bar group per figure: each configuration relative to single.
-    colors = {"single": "#888", "stock-split": "#d95f02", "stock-split-graphs": "#e6ab02", "tandem-split": "#1b9e77"}
-    w, h, bar = 720, 320, 28
-    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
-           '<text x="10" y="18">relative to single (higher is better; ttft: lower is better)</text>']
-    for gi, n in enumerate(names):
-        base = figures.get("single", {}).get(n)
-        x0 = 40 + gi * 170
-        svg.append(f'<text x="{x0}" y="{h - 8}">{n}</text>')
-        for ci, c in enumerate(CONFIGS):
-            v = figures.get(c, {}).get(n)
-            if not base or v is None:
-                continue
-            rel = v / base
-            bh = min(rel, 2.0) * 100
-            x = x0 + ci * (bar + 4)
-            svg.append(f'<rect x="{x}" y="{h - 30 - bh:.0f}" width="{bar}" height="{bh:.0f}" fill="{colors[c]}"/>')
-            svg.append(f'<text x="{x}" y="{h - 34 - bh:.0f}" font-size="10">{rel:.2f}</text>')
-    for ci, c in enumerate(CONFIGS):
-        svg.append(f'<rect x="{w - 170}" y="{30 + ci * 16}" width="10" height="10" fill="{colors[c]}"/>'
-                   f'<text x="{w - 155}" y="{39 + ci * 16}">{c}</text>')
-    svg.append("</svg>")
-    open(os.path.join(out, "results.svg"), "w").write("\n".join(svg))
+    write_svg(figures, names, out)
     print("\n".join(md))
 
 
