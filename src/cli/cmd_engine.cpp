@@ -173,11 +173,11 @@ void register_engine(CLI::App& app) {
                 "(default: queued without waiting; this is for measuring the difference)");
   cmd->add_flag("--no-worker-input-slots", f.no_worker_input_slots,
                 "RPC servers get a copy of each step's input per layer that reads it, as ggml's scheduler makes them (default: "
-                "one copy per step in a buffer of 64 MiB the head keeps on each server; off with --sync-rpc-writes too; "
+                "one copy per step in a buffer of up to 64 MiB the head keeps on each server; off with --sync-rpc-writes too; "
                 "for measuring the difference)");
   cmd->add_flag("--no-local-input-slots", f.no_local_input_slots,
                 "This machine's GPUs get a copy of each step's input per layer that reads it (default: one copy per step "
-                "in a buffer of 64 MiB per GPU; off with --sync-local-inputs too; for measuring the difference)");
+                "in a buffer of up to 64 MiB per GPU; off with --sync-local-inputs too; for measuring the difference)");
   cmd->add_flag("--sync-local-inputs", f.sync_local_inputs,
                 "Copy each step's inputs into this machine's GPUs one at a time, waiting on each, as ggml's scheduler does "
                 "(default: queued, an input repeated across layers copied from host memory once; for measuring the difference)");
