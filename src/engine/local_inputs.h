@@ -35,9 +35,9 @@ class LocalInputCopies {
   // Turns the queue on for this process; at most one lives at a time (a second one does nothing).
   // `slot_bytes` > 0 (`tandem engine`'s default: input_slot_bytes; off with --no-local-input-slots):
   // the scheduler's copies are pointed at one copy per run of each input in a buffer of that size
-  // per GPU (counted by the planner) instead of being written, so that a repeat costs nothing on the device; an input that
-  // does not fit is copied as without. The slots go with this object, so it must outlive the
-  // scheduler whose copies point at them.
+  // per GPU (counted by the planner) instead of being written, so that a repeat costs nothing on
+  // the device; an input that does not fit is copied as without. The slots go with this object,
+  // so it must outlive the scheduler whose copies point at them.
   explicit LocalInputCopies(uint64_t slot_bytes = 0);
   // Waits for what is queued, then turns it off and frees the streams and page-locked memory.
   ~LocalInputCopies();

@@ -55,7 +55,7 @@ struct Placement {
   // measure what that saves.
   bool queue_local_inputs = true;
   // The RPC servers read a step's inputs from one copy per step in a buffer of the head's on them
-  // (kInputSlotBytes each), not from a copy per layer (engine/rpc_writes.h, redirect_rpc_input).
+  // (input_slot_bytes each), not from a copy per layer (engine/rpc_writes.h, redirect_rpc_input).
   // Needs `async_rpc_writes`. Off only to measure what the slots save.
   bool worker_input_slots = true;
   // The same on this machine's GPUs (engine/local_inputs.h). Needs `queue_local_inputs`.

@@ -57,8 +57,8 @@ class AsyncRpcWrites {
 
 // Input slots (on unless `tandem engine --no-worker-input-slots`): the scheduler's copy of a step's
 // input into an RPC server, `dst`, is pointed at one copy per step of those bytes in a buffer the
-// head allocated on that server (the AsyncRpcWrites' `slot_bytes` per server, counted by the planner) instead of
-// being written: an input the scheduler copies once per layer crosses the link once and costs the
+// head allocated on that server (the AsyncRpcWrites' `slot_bytes`, counted by the planner) instead
+// of being written: an input the scheduler copies once per layer crosses the link once and costs the
 // server no message and no copy for the other layers, whatever server it is. Offsets follow the
 // order of the copies in a run, so a graph gets the same addresses in every run, as a graph the
 // server keeps and runs again needs; inputs beyond the buffer take the usual path, in every run
