@@ -51,16 +51,12 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   cp.n_threads = threads;
   cp.n_threads_batch = threads;
   cp.no_perf = true;
+  const Placement& p = o.placement;
+  const auto slots = [&](bool on) { return input_slot_bytes(p, on, model.get(), cp.n_ctx, cp.n_seq_max, cp.n_ubatch); };
   std::unique_ptr<AsyncRpcWrites> rpc_writes;
-  if (!o.placement.rpc_servers.empty() && o.placement.async_rpc_writes) {
-    rpc_writes = std::make_unique<AsyncRpcWrites>(
-        reuse_endpoints(o.placement), input_slot_bytes(o.placement.worker_input_slots, model.get(), cp.n_ctx, cp.n_seq_max, cp.n_ubatch));
-  }
+  if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes = std::make_unique<AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots));
   std::unique_ptr<LocalInputCopies> local_inputs;
-  if (o.placement.queue_local_inputs) {
-    local_inputs = std::make_unique<LocalInputCopies>(
-        input_slot_bytes(o.placement.local_input_slots, model.get(), cp.n_ctx, cp.n_seq_max, cp.n_ubatch));
-  }
+  if (p.queue_local_inputs) local_inputs = std::make_unique<LocalInputCopies>(slots(p.local_input_slots));
   std::unique_ptr<llama_context, ContextDeleter> ctx(llama_init_from_model(model.get(), cp));
   if (!ctx) return Status::resource_exhausted(with_llama_reason(o.model + ": creating a context of " + std::to_string(o.n_ctx) + " tokens failed"));
 

@@ -118,8 +118,10 @@ Status start_in_process_rpc_server(const std::string& endpoint, int threads) {
 
 void ModelDeleter::operator()(llama_model* m) const { llama_model_free(m); }
 
-uint64_t input_slot_bytes(bool on, const llama_model* model, uint32_t n_ctx, uint32_t n_seq, uint32_t n_ubatch) {
+uint64_t input_slot_bytes(const Placement& p, bool on, const llama_model* model, uint32_t n_ctx, uint32_t n_seq,
+                          uint32_t n_ubatch) {
   if (!on) return 0;
+  if (p.input_slot_bytes > 0) return p.input_slot_bytes;
   // The planner's shape (plan/memory_model.cpp): each sequence's cells rounded up to 256.
   const uint64_t per_stream = (n_ctx / std::max<uint32_t>(1, n_seq) + 255) / 256 * 256;
   const uint64_t tokens = std::min<uint64_t>(n_ubatch, per_stream * std::max<uint32_t>(1, n_seq));

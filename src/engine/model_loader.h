@@ -60,6 +60,9 @@ struct Placement {
   bool worker_input_slots = true;
   // The same on this machine's GPUs (engine/local_inputs.h). Needs `queue_local_inputs`.
   bool local_input_slots = true;
+  // The slots' size on each device instead of the planner's (input_slot_bytes): for tests of the
+  // inputs that do not fit. 0: the planner's.
+  uint64_t input_slot_bytes = 0;
 };
 
 // The endpoints to which a step's repeated inputs go as markers under `p`.
@@ -89,8 +92,9 @@ Result<std::vector<std::string>> offload_devices(const Placement& placement);
 
 // The input slots' size on each device (common/input_reuse.h) for `model` under a context of
 // `n_ctx` cells shared by `n_seq` sequences and batches of `n_ubatch` tokens, as the planner counts
-// them; 0 when `on` is false.
-uint64_t input_slot_bytes(bool on, const llama_model* model, uint32_t n_ctx, uint32_t n_seq, uint32_t n_ubatch);
+// them unless `p` gives one; 0 when `on` (one of `p`'s two switches) is false.
+uint64_t input_slot_bytes(const Placement& p, bool on, const llama_model* model, uint32_t n_ctx, uint32_t n_seq,
+                          uint32_t n_ubatch);
 
 // Loads the model with every layer placed as asked; no warm-up. Errors say which server could not
 // be reached or why libllama refused the model.

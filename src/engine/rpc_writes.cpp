@@ -139,8 +139,11 @@ unsigned long long AsyncRpcWrites::slotted_inputs() { return g_slotted.load(); }
 unsigned long long AsyncRpcWrites::slot_bytes_not_sent() { return g_slot_bytes_not_sent.load(); }
 
 bool redirect_rpc_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id) {
+  // An empty input stays ggml's: in a full buffer its slot would start at the end, which the server
+  // refuses as out of bounds.
   if (!g_input_slots.load(std::memory_order_relaxed) || id == nullptr || dst->view_src != nullptr ||
-      dst->buffer == nullptr || ggml_backend_buffer_get_usage(dst->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
+      dst->buffer == nullptr || ggml_backend_buffer_get_usage(dst->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS ||
+      ggml_nbytes(src) == 0) {
     return false;
   }
   std::lock_guard<std::mutex> lock(g_mutex);

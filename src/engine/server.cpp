@@ -184,7 +184,7 @@ void Server::load() {
   const Placement& p = config_.load.placement;
   const SchedulerOptions& so = config_.scheduler;
   const auto slots = [&](bool on) {
-    return input_slot_bytes(on, model_.get(), static_cast<uint32_t>(so.context * so.parallel), static_cast<uint32_t>(so.parallel),
+    return input_slot_bytes(p, on, model_.get(), static_cast<uint32_t>(so.context * so.parallel), static_cast<uint32_t>(so.parallel),
                             static_cast<uint32_t>(so.batch));
   };
   if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes_ = std::make_unique<AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots));

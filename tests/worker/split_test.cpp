@@ -180,6 +180,32 @@ TEST_F(Split, WorkerInputSlotsGiveTheTokensOfOneProcessWithFewerBytes) {
   EXPECT_LT(sent[1] + (2u << 20), sent[0]) << "with slots " << sent[1] << " bytes, without " << sent[0];
 }
 
+// Inputs beyond the slots take the other paths in the same step: with 1 MiB of slots a prompt
+// chunk's hidden state (512 KiB) fits and its masks (1.5 MiB each) go as repeated inputs, while a
+// decode step's inputs all fit; the tokens stay those of one process.
+TEST_F(Split, InputsBeyondTheWorkerInputSlotsTakeTheOtherPaths) {
+  const GenerateOptions longer = long_prompt_options(model_, 8);
+  auto alone = generate(longer);
+  ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+
+  const link::Secret secret = make_secret(dir_.file("cluster.key"));
+  WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
+  ASSERT_TRUE(w.up()) << w.log();
+  auto f = forward_to(w, secret);
+  GenerateOptions split = longer;
+  split.placement.rpc_servers = {local(*f)};
+  split.placement.tandem_workers = {local(*f)};
+  split.placement.input_slot_bytes = 1u << 20;
+  split.placement.cpu_layers = 1;
+  split.placement.device_layers = {3};
+  const uint64_t slotted = AsyncRpcWrites::slotted_inputs(), copies = AsyncRpcWrites::reused_writes();
+  auto through = generate(split);
+  ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
+  EXPECT_EQ(through->tokens, alone->tokens);
+  EXPECT_GE(AsyncRpcWrites::slotted_inputs() - slotted, 9u * 3u);  // 2 chunks and 7 decode steps, 3 layers
+  EXPECT_GE(AsyncRpcWrites::reused_writes() - copies, 4u);         // masks beyond the slots, 2 more layers
+}
+
 // The worker's RPC child keeps large blocks in its heap while a head loads (worker/rpc_server.cpp:
 // ggml reads each weight into a fresh buffer); when the session ends it gives them back, so the
 // free memory a later plan reads is really free.
