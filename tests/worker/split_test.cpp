@@ -48,6 +48,15 @@ GenerateOptions long_prompt_options(const std::string& model, int n_predict) {
 
 std::string local(const link::Forwarder& f) { return "127.0.0.1:" + std::to_string(f.port()); }
 
+// `base` with its first layer on the head's CPU and the other 3 on the worker behind `f`.
+GenerateOptions through_worker(const GenerateOptions& base, const link::Forwarder& f) {
+  GenerateOptions o = base;
+  o.placement.rpc_servers = {local(f)};
+  o.placement.cpu_layers = 1;
+  o.placement.device_layers = {3};
+  return o;
+}
+
 class Split : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -69,10 +78,7 @@ TEST_F(Split, OneWorkerThroughAForwarderGivesTheTokensOfOneProcess) {
   WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
   ASSERT_TRUE(w.up()) << w.log();
   auto f = forward_to(w, secret);
-  GenerateOptions split = options(model_);
-  split.placement.rpc_servers = {local(*f)};
-  split.placement.cpu_layers = 1;
-  split.placement.device_layers = {3};
+  GenerateOptions split = through_worker(options(model_), *f);
   auto through = generate(split);
   ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
   EXPECT_EQ(through->tokens, reference_);
@@ -108,13 +114,10 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
   uint64_t sent[2] = {0, 0};
   for (bool reuse : {true, false}) {
     auto f = forward_to(w, secret);
-    GenerateOptions split = longer;
-    split.placement.rpc_servers = {local(*f)};
+    GenerateOptions split = through_worker(longer, *f);
     split.placement.tandem_workers = {local(*f)};
     split.placement.reuse_inputs = reuse;
     split.placement.worker_input_slots = false;  // the path of inputs beyond the slots
-    split.placement.cpu_layers = 1;
-    split.placement.device_layers = {3};
     const uint64_t copies = AsyncRpcWrites::reused_writes(), spared = AsyncRpcWrites::bytes_not_sent();
     const uint64_t identified = AsyncRpcWrites::identified_writes();
     auto through = generate(split);
@@ -158,12 +161,9 @@ TEST_F(Split, WorkerInputSlotsGiveTheTokensOfOneProcessWithFewerBytes) {
   uint64_t sent[2] = {0, 0};
   for (bool slots : {true, false}) {
     auto f = forward_to(w, secret);
-    GenerateOptions split = longer;
-    split.placement.rpc_servers = {local(*f)};
+    GenerateOptions split = through_worker(longer, *f);
     split.placement.reuse_inputs = false;  // the bytes of every copy otherwise
     split.placement.worker_input_slots = slots;
-    split.placement.cpu_layers = 1;
-    split.placement.device_layers = {3};
     const uint64_t slotted = AsyncRpcWrites::slotted_inputs(), spared = AsyncRpcWrites::slot_bytes_not_sent();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
@@ -192,12 +192,9 @@ TEST_F(Split, InputsBeyondTheWorkerInputSlotsTakeTheOtherPaths) {
   WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
   ASSERT_TRUE(w.up()) << w.log();
   auto f = forward_to(w, secret);
-  GenerateOptions split = longer;
-  split.placement.rpc_servers = {local(*f)};
+  GenerateOptions split = through_worker(longer, *f);
   split.placement.tandem_workers = {local(*f)};
   split.placement.input_slot_bytes = 1u << 20;
-  split.placement.cpu_layers = 1;
-  split.placement.device_layers = {3};
   const uint64_t slotted = AsyncRpcWrites::slotted_inputs(), copies = AsyncRpcWrites::reused_writes();
   auto through = generate(split);
   ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
@@ -223,10 +220,7 @@ TEST(WorkerMemory, TheRpcChildGivesASessionsMemoryBackWhenItEnds) {
   ASSERT_GT(child, 0);
   const uint64_t idle = rss_kib(child);
   auto f = forward_to(w, secret);
-  GenerateOptions o = options(model);
-  o.placement.rpc_servers = {local(*f)};
-  o.placement.cpu_layers = 1;
-  o.placement.device_layers = {3};
+  GenerateOptions o = through_worker(options(model), *f);
   std::atomic<bool> done{false};
   uint64_t peak = 0;
   std::thread sampler([&] {
