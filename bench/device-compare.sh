@@ -10,6 +10,7 @@
 #   bench/device-compare.sh reuse              bench/device-reuse.sh: what sending repeated inputs once saves a prompt, ~4 min
 #   bench/device-compare.sh contexts           bench/device-contexts.sh: the split's cost with one CUDA context or two, ~3 min
 #   bench/device-compare.sh local              bench/device-local.sh: the head's queued GPU input copies and the input slots, ~4.5 min
+#   bench/device-compare.sh prefill            bench/device-prefill.sh: a long prompt's split, pipelined or not, one context or two, ~3 min
 # Results and logs go to $OUT (the device tool's output folder) as well as bench/results/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +21,7 @@ export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_
 export TANDEM_CACHE=/tmp/tandem-cache
 model=/tmp/m3-proxy.gguf
 export OUT=$out
-case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load|writes|placement|reuse|contexts|local}" in
+case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load|writes|placement|reuse|contexts|local|prefill}" in
   build)
     "$root/scripts/device-build.sh" tandem tandem-engine 2>&1 | tail -5
     ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
@@ -49,4 +50,6 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|l
     "$root/bench/device-contexts.sh" 2>&1 | tee "$out/contexts.txt" ;;
   local)
     "$root/bench/device-local.sh" 2>&1 | tee "$out/local.txt" ;;
+  prefill)
+    "$root/bench/device-prefill.sh" 2>&1 | tee "$out/prefill.txt" ;;
 esac

@@ -15,6 +15,7 @@
 #include "engine/llama_log.h"
 #include "engine/local_inputs.h"
 #include "engine/rpc_writes.h"
+#include "engine/sched_hooks.h"
 #include "engine/server.h"
 
 namespace tandem::cli {
@@ -33,7 +34,8 @@ struct EngineFlags {
   std::string rpc_in_process;
   bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false,
        sync_rpc_writes = false, no_input_reuse = false, sync_local_inputs = false,
-       no_worker_input_slots = false, no_local_input_slots = false;
+       no_worker_input_slots = false, no_local_input_slots = false, no_pipeline = false,
+       no_overlap = false;
   int verbose = 0;
 };
 
@@ -60,6 +62,7 @@ engine::Placement placement(const EngineFlags& f) {
   p.queue_local_inputs = !f.sync_local_inputs;
   p.worker_input_slots = !f.no_worker_input_slots;
   p.local_input_slots = !f.no_local_input_slots;
+  p.pipeline = !f.no_pipeline;
   for (const std::string& n : split_commas(f.split)) {
     try {
       p.device_layers.push_back(std::stoi(n));
@@ -101,6 +104,10 @@ void run_one_shot(EngineFlags& f) {
                         {"local_inputs_staged", engine::LocalInputCopies::staged()},
                         {"local_inputs_repeated", engine::LocalInputCopies::repeated()},
                         {"local_input_bytes_not_copied", engine::LocalInputCopies::bytes_not_copied()},
+                        {"worker_results_repeated", engine::LocalInputCopies::results_repeated()},
+                        {"worker_result_bytes_not_read", engine::LocalInputCopies::result_bytes_not_read()},
+                        {"relayed_results", engine::AsyncRpcWrites::relayed_results()},
+                        {"relayed_bytes_not_read", engine::AsyncRpcWrites::relayed_bytes_not_read()},
                         {"prefill_profile", profile_json(r->prefill_profile)},
                         {"decode_profile", profile_json(r->decode_profile)}};
     // Generated text may end inside a UTF-8 sequence: replace, never throw.
@@ -181,6 +188,12 @@ void register_engine(CLI::App& app) {
   cmd->add_flag("--sync-local-inputs", f.sync_local_inputs,
                 "Copy each step's inputs into this machine's GPUs one at a time, waiting on each, as ggml's scheduler does "
                 "(default: queued, an input repeated across layers copied from host memory once; for measuring the difference)");
+  cmd->add_flag("--no-pipeline", f.no_pipeline,
+                "Keep libllama's pipeline parallelism off (default: on where it applies, a batch's micro-batches overlapping "
+                "across devices; for measuring the difference)");
+  cmd->add_flag("--no-overlap", f.no_overlap,
+                "Wait for every device at the end of each micro-batch, so that no two micro-batches' device work overlaps "
+                "(for measuring what the overlap gains or costs)");
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine (GGML_CUDA_DISABLE_GRAPHS=1)");
   cmd->add_flag("--json", f.json, "--prompt: print the result as JSON (text, tokens, timings)");
   cmd->add_flag("-v,--verbose", f.verbose, "Show libllama's log (-v warnings, -vv everything)");
@@ -189,6 +202,7 @@ void register_engine(CLI::App& app) {
     engine::set_llama_verbosity(f.verbose);
     if (socket->count() == 0 && prompt->count() == 0) fail("engine: give --socket PATH to serve or --prompt TEXT to generate once", 2);
     f.serve.scheduler.context = f.one_shot.n_ctx;
+    engine::set_serial_runs(f.no_overlap);
     if (socket->count() > 0) return run_server(f);
     run_one_shot(f);
     if (!f.rpc_in_process.empty()) {

@@ -1,13 +1,13 @@
 #include "engine/local_inputs.h"
 
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "common/device_stream.h"
+#include "common/step_trace.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
@@ -51,11 +51,9 @@ std::atomic<bool> g_on{false};
 uint64_t g_slot_bytes = 0;  // under g_mutex, while on; 0: no slots
 std::unordered_map<ggml_backend_buffer_type_t, Queue> g_queues;  // under g_mutex
 std::atomic<uint64_t> g_staged{0}, g_repeated{0}, g_bytes_not_copied{0}, g_deferred{0}, g_deferred_ns{0};
+std::atomic<uint64_t> g_results_repeated{0}, g_result_bytes_not_read{0};
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
+uint64_t now_ns() { return step_trace_now(); }
 
 // Page-locked room for `n` bytes in `q`'s arena, waiting for the stream when it is full.
 uint8_t* stage(Queue& q, size_t n) {
@@ -68,26 +66,50 @@ uint8_t* stage(Queue& q, size_t n) {
   return at;
 }
 
-// Reads the deferred results (waiting for their servers) and queues them onto the device.
+// Reads the deferred results of the split about to launch (waiting for their servers) and queues
+// them onto the device. A result read twice for the split (the same bytes of the same server's
+// buffer) is copied on the device from the first read instead; only within one split, whose input
+// copies all stay intact until its graph runs (without pipeline parallelism ggml may reuse an
+// earlier split's input memory once that split has run).
+// MiniMax-M3's sparse layers each read a view of one mask the worker's first sparse layer cast,
+// so without this a 512-token chunk read 512 × positions × 4 bytes over the link per head layer.
 void read_deferred(Queue& q) {
   if (q.deferred.empty()) return;
   const uint64_t t0 = now_ns();
+  uint64_t bytes = 0;
+  std::unordered_map<CopyKey, First, CopyKeyHash> firsts;
   for (Deferred& d : q.deferred) {
     const size_t n = ggml_nbytes(d.src);
+    const CopyKey key{d.src->view_src != nullptr ? d.src->view_src->buffer : d.src->buffer, 0, d.src->data, n};
+    auto first = firsts.find(key);
+    if (first != firsts.end()) {
+      if (first->second.data != d.to.data) {
+        ggml_tensor from = raw_bytes(first->second.buffer, first->second.data, n);
+        ggml_backend_tensor_copy_async(q.stream.backend, q.stream.backend, &from, &d.to);
+        q.pending = true;
+      }
+      g_results_repeated.fetch_add(1, std::memory_order_relaxed);
+      g_result_bytes_not_read.fetch_add(n, std::memory_order_relaxed);
+      continue;
+    }
+    bytes += n;
     if (n <= kMaxStaged) {
       uint8_t* staged = stage(q, n);
       ggml_backend_tensor_get(d.src, staged, 0, n);
       ggml_backend_tensor_set_async(q.stream.backend, &d.to, staged, 0, n);
       q.pending = true;
     } else {
-      std::vector<uint8_t> bytes(n);
-      ggml_backend_tensor_get(d.src, bytes.data(), 0, n);
-      ggml_backend_tensor_set(&d.to, bytes.data(), 0, n);
+      std::vector<uint8_t> host(n);
+      ggml_backend_tensor_get(d.src, host.data(), 0, n);
+      ggml_backend_tensor_set(&d.to, host.data(), 0, n);
     }
+    firsts.emplace(key, First{d.to.buffer, d.to.data});
   }
   g_deferred.fetch_add(q.deferred.size(), std::memory_order_relaxed);
   q.deferred.clear();
-  g_deferred_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  const uint64_t t1 = now_ns();
+  g_deferred_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+  step_trace("from-workers", t0, t1, bytes);
 }
 
 // What ggml_backend_tensor_copy asserts before copying raw bytes.
@@ -160,7 +182,11 @@ bool place_in_slot(Queue& q, ggml_backend_buffer_t buf, const ggml_tensor* src, 
     // The slots are rewritten every run: the last run's graphs on this device must be done reading
     // them. ggml's scheduler has waited for them already unless it pipelines (then it waits for an
     // older run's only).
-    if (q.slots_used == 0 && q.last_launch != nullptr) ggml_backend_synchronize(q.last_launch);
+    if (q.slots_used == 0 && q.last_launch != nullptr) {
+      const uint64_t t0 = now_ns();
+      ggml_backend_synchronize(q.last_launch);
+      step_trace("slot-wait", t0, now_ns());
+    }
     it = q.slot_of.emplace(key, q.slots_used).first;
     q.slots_used += need;
     ggml_tensor slot = raw_bytes(q.slots, base + it->second, key.bytes);
@@ -214,6 +240,8 @@ uint64_t LocalInputCopies::staged() { return g_staged.load(); }
 uint64_t LocalInputCopies::repeated() { return g_repeated.load(); }
 uint64_t LocalInputCopies::bytes_not_copied() { return g_bytes_not_copied.load(); }
 uint64_t LocalInputCopies::deferred() { return g_deferred.load(); }
+uint64_t LocalInputCopies::results_repeated() { return g_results_repeated.load(); }
+uint64_t LocalInputCopies::result_bytes_not_read() { return g_result_bytes_not_read.load(); }
 
 bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id) {
   if (!g_on.load(std::memory_order_relaxed)) return false;

@@ -13,9 +13,11 @@
 // copy from the first, queued behind it. When the scheduler launches the split, the device's
 // stream waits for the queue (an event: the host does not wait).
 //
-// The split's input that an RPC server computed (the hidden state after the worker's layers) is
-// read when the split launches, not in the scheduler's order of inputs, where it comes first and
-// waits for the worker: the split's other inputs are copied while the worker computes.
+// The split's inputs that an RPC server computed (the hidden state after the worker's layers) are
+// read when the split launches, not in the scheduler's order of inputs, where they come first and
+// wait for the worker: the split's other inputs are copied while the worker computes. A result
+// read once per layer (a mask the worker's first sparse layer made, which every sparse layer reads
+// through a view) crosses the link once per run and is copied on the device for the other layers.
 //
 // The queues serve the scheduler of one thread at a time, as the engine runs it; launches from
 // other threads (an RPC server inside the engine) are left alone.
@@ -49,8 +51,12 @@ class LocalInputCopies {
   static uint64_t staged();
   static uint64_t repeated();
   static uint64_t bytes_not_copied();
-  // Results of RPC servers read at the launch of the split that reads them.
+  // Results of RPC servers read at the launch of the split that reads them; of those, the ones
+  // copied on the device from an earlier read of the same result in the same run, and the bytes
+  // that spared reading from the servers.
   static uint64_t deferred();
+  static uint64_t results_repeated();
+  static uint64_t result_bytes_not_read();
 
  private:
   bool active_ = false;

@@ -186,6 +186,11 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   }
   if (last_local != nullptr && !p.rpc_servers.empty() && p.output_on_head && !p.workers_first) {
     overrides.push_back({"^output\\.weight$", ggml_backend_dev_buffer_type(last_local)});
+  }
+  // libllama has no switch for it, but keeps pipeline parallelism off under any tensor override:
+  // one that matches no tensor changes nothing else.
+  if (!p.pipeline) overrides.push_back({"^tandem\\.no-pipeline$", ggml_backend_cpu_buffer_type()});
+  if (!overrides.empty()) {
     overrides.push_back({nullptr, nullptr});
     mp.tensor_buft_overrides = overrides.data();
   }

@@ -63,6 +63,10 @@ struct Placement {
   // The slots' size on each device instead of the planner's (input_slot_bytes): for tests of the
   // inputs that do not fit. 0: the planner's.
   uint64_t input_slot_bytes = 0;
+  // libllama's pipeline parallelism (a batch's micro-batches overlapping across devices) where it
+  // would turn it on. Off only to measure what the overlap gains or costs (e.g. two processes
+  // taking turns on one GPU).
+  bool pipeline = true;
 };
 
 // The endpoints to which a step's repeated inputs go as markers under `p`.

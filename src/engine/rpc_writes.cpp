@@ -11,6 +11,7 @@
 #include <random>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "common/device_stream.h"
 #include "common/input_reuse.h"
@@ -47,6 +48,12 @@ std::atomic<bool> g_input_slots{false};  // while live
 uint64_t g_slot_bytes = 0;               // while live, under g_mutex
 std::atomic<unsigned long long> g_writes{0}, g_copies{0}, g_identified{0}, g_bytes_not_sent{0};
 std::atomic<unsigned long long> g_slotted{0}, g_slot_bytes_not_sent{0};
+std::atomic<unsigned long long> g_relayed{0}, g_relayed_bytes_not_read{0};
+
+// relay_rpc_result's copies of this run's results, by where they lie on their server. The
+// scheduler's thread only.
+thread_local uint64_t t_relay_epoch = 0;
+thread_local std::unordered_map<CopyKey, std::unique_ptr<std::vector<uint8_t>>, CopyKeyHash> t_relayed;
 
 uint64_t new_session() {
   std::random_device rd;
@@ -137,6 +144,45 @@ unsigned long long AsyncRpcWrites::identified_writes() { return g_identified.loa
 unsigned long long AsyncRpcWrites::bytes_not_sent() { return g_bytes_not_sent.load(); }
 unsigned long long AsyncRpcWrites::slotted_inputs() { return g_slotted.load(); }
 unsigned long long AsyncRpcWrites::slot_bytes_not_sent() { return g_slot_bytes_not_sent.load(); }
+unsigned long long AsyncRpcWrites::relayed_results() { return g_relayed.load(); }
+unsigned long long AsyncRpcWrites::relayed_bytes_not_read() { return g_relayed_bytes_not_read.load(); }
+
+bool relay_rpc_result(const ggml_tensor* src, ggml_tensor* dst, uint64_t epoch) {
+  ggml_backend_buffer_t from = src->view_src != nullptr ? src->view_src->buffer : src->buffer;
+  ggml_backend_buffer_t to = dst->view_src != nullptr ? dst->view_src->buffer : dst->buffer;
+  if (epoch == 0 || from == nullptr || to == nullptr) return false;
+  ggml_backend_dev_t from_dev = ggml_backend_buft_get_device(ggml_backend_buffer_get_type(from));
+  ggml_backend_dev_t to_dev = ggml_backend_buft_get_device(ggml_backend_buffer_get_type(to));
+  // Within one server ggml asks the server to copy; nothing crosses the link.
+  if (from_dev == to_dev || !is_rpc_device(from_dev) || !is_rpc_device(to_dev)) return false;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (!g_live) return false;
+  }
+  if (t_relay_epoch != epoch) {
+    t_relayed.clear();
+    t_relay_epoch = epoch;
+  }
+  const size_t n = ggml_nbytes(src);
+  std::unique_ptr<std::vector<uint8_t>>& bytes = t_relayed[CopyKey{from, 0, src->data, n}];
+  if (bytes == nullptr) {
+    bytes = std::make_unique<std::vector<uint8_t>>(n);
+    ggml_backend_tensor_get(src, bytes->data(), 0, n);
+  } else {
+    g_relayed.fetch_add(1, std::memory_order_relaxed);
+    g_relayed_bytes_not_read.fetch_add(n, std::memory_order_relaxed);
+  }
+  // From here on it is a step input like one in host memory: a slot on the server it goes to, or
+  // a write (a repeat of it goes as a marker to a tandem worker, found by comparing).
+  ggml_tensor host = *src;
+  host.buffer = nullptr;
+  host.view_src = nullptr;
+  host.view_offs = 0;
+  host.data = bytes->data();
+  const ReuseTable::Identity id{bytes.get(), 0, bytes->data(), epoch};
+  if (!redirect_rpc_input(&host, dst, &id)) ggml_backend_tensor_set(dst, bytes->data(), 0, n);
+  return true;
+}
 
 bool redirect_rpc_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id) {
   // An empty input stays ggml's: in a full buffer its slot would start at the end, which the server

@@ -50,6 +50,10 @@ class AsyncRpcWrites {
   // those that repeated in a step and were not sent again (redirect_rpc_input).
   static unsigned long long slotted_inputs();
   static unsigned long long slot_bytes_not_sent();
+  // Copies from one RPC server into another served from the head's copy of the same result, read
+  // earlier in the run, and the bytes that spared reading (relay_rpc_result).
+  static unsigned long long relayed_results();
+  static unsigned long long relayed_bytes_not_read();
 
  private:
   bool active_ = false;
@@ -65,6 +69,15 @@ class AsyncRpcWrites {
 // alike. The buffer goes with the AsyncRpcWrites, which must outlive the scheduler whose copies
 // point at it. For the copy interposer: true when it placed the copy.
 bool redirect_rpc_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id);
+// For the copy interposer, while an AsyncRpcWrites lives: the scheduler's copy of `src`, which one
+// RPC server computed, into `dst` on another, in the run `epoch`. ggml reads the bytes to the head
+// and writes them on, once per copy; MiniMax-M3's sparse layers each copy a view of one mask the
+// first of them made, so the second worker got 512 × positions × 4 bytes per layer and prompt
+// chunk, each read from the first. Here the bytes are read once per run and go on as a step input
+// (an input slot, or a write that a repeat turns into a marker). False leaves the copy to ggml
+// (the same server, no AsyncRpcWrites).
+bool relay_rpc_result(const ggml_tensor* src, ggml_tensor* dst, uint64_t epoch);
+
 // For the launch interposer: stops the process, saying why, if a split's graph on `backend` holds a
 // view of a redirected copy (ggml's scheduler makes none: a view follows its source's device), which
 // would read where nothing was written.

@@ -3,8 +3,8 @@
 #include <dlfcn.h>
 
 #include <atomic>
-#include <chrono>
 
+#include "common/step_trace.h"
 #include "engine/local_inputs.h"
 #include "engine/rpc_writes.h"
 #include "engine/ggml_devices.h"
@@ -20,11 +20,10 @@ thread_local bool t_in_run = false;  // inside a run of the scheduler: its copie
 
 std::atomic<uint64_t> g_runs{0}, g_run_ns{0}, g_to_workers_ns{0}, g_from_workers_ns{0}, g_to_local_ns{0};
 std::atomic<uint64_t> g_launches{0}, g_launch_ns{0}, g_sync_ns{0};
+std::atomic<bool> g_serial{false};
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
+// The trace's clock, so that its lines and these sums agree.
+uint64_t now_ns() { return step_trace_now(); }
 
 bool in_rpc_buffer(const ggml_tensor* t) {
   ggml_backend_buffer_t b = t->view_src != nullptr ? t->view_src->buffer : t->buffer;
@@ -49,6 +48,8 @@ SplitProfile split_profile() {
   p.sync_s = g_sync_ns.load() / 1e9;
   return p;
 }
+
+void set_serial_runs(bool on) { g_serial = on; }
 
 SplitProfile operator-(const SplitProfile& a, const SplitProfile& b) {
   SplitProfile d;
@@ -79,8 +80,10 @@ enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct
   check_rpc_launch(backend, cgraph);
   const uint64_t t0 = now_ns();
   const enum ggml_status st = fn(backend, cgraph);
-  g_launch_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  const uint64_t t1 = now_ns();
+  g_launch_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  tandem::step_trace(is_rpc_device(ggml_backend_get_device(backend)) ? "launch-rpc" : "launch-local", t0, t1);
   return st;
 }
 
@@ -91,7 +94,9 @@ void ggml_backend_synchronize(ggml_backend_t backend) {
   if (!t_in_run) return fn(backend);
   const uint64_t t0 = now_ns();
   fn(backend);
-  g_sync_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  const uint64_t t1 = now_ns();
+  g_sync_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+  tandem::step_trace("sync", t0, t1);
 }
 
 enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, struct ggml_cgraph* graph) {
@@ -103,9 +108,12 @@ enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sch
   const uint64_t t0 = now_ns();
   t_in_run = true;
   const enum ggml_status st = fn(sched, graph);
+  if (g_serial.load(std::memory_order_relaxed)) ggml_backend_sched_synchronize(sched);
   t_in_run = false;
-  g_run_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  const uint64_t t1 = now_ns();
+  g_run_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
   g_runs.fetch_add(1, std::memory_order_relaxed);
+  tandem::step_trace("run", t0, t1);
   return st;
 }
 
@@ -119,6 +127,8 @@ void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor*
   const uint64_t t0 = now_ns();
   if (t_in_run && in_rpc_buffer(src) && !in_rpc_buffer(dst) && defer_worker_result(src, dst)) {
     // read at the split's launch; the time is counted there (deferred_result_s)
+  } else if (t_in_run && in_rpc_buffer(src) && in_rpc_buffer(dst) && relay_rpc_result(src, dst, epoch)) {
+    // read once per run, sent on as an input (rpc_writes.h)
   } else if (!src_host || ggml_backend_buffer_get_usage(src->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
     fn(src, dst);
   } else {
@@ -133,7 +143,9 @@ void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor*
       t_identity = nullptr;
     }
   }
-  bucket.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  const uint64_t t1 = now_ns();
+  bucket.fetch_add(t1 - t0, std::memory_order_relaxed);
+  if (&bucket != &g_to_local_ns) tandem::step_trace(&bucket == &g_from_workers_ns ? "from-workers" : "to-workers", t0, t1, ggml_nbytes(src));
 }
 
 }  // extern "C"

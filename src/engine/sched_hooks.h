@@ -37,4 +37,9 @@ struct SplitProfile {
 SplitProfile split_profile();
 SplitProfile operator-(const SplitProfile& a, const SplitProfile& b);
 
+// When on, each run of the scheduler waits for every device before returning, so that no two runs'
+// device work overlaps (libllama otherwise leaves the last split running, and under pipeline
+// parallelism the next run's first splits start meanwhile). For measurement only.
+void set_serial_runs(bool on);
+
 }  // namespace tandem::engine

@@ -29,7 +29,8 @@ struct ServeOptions {
 // The tandem-engine flags serve passes on (each turns off one of the engine's optimisations, to
 // measure what it saves); the others serve sets itself.
 inline const std::vector<std::string> kEngineFlags = {"--no-worker-input-slots", "--no-local-input-slots", "--sync-rpc-writes",
-                                                      "--sync-local-inputs", "--no-input-reuse", "--no-cpu-repack"};
+                                                      "--sync-local-inputs", "--no-input-reuse", "--no-cpu-repack",
+                                                      "--no-pipeline", "--no-overlap"};
 // OK when every flag of `flags` is one of kEngineFlags; otherwise names it and lists those.
 Status check_engine_flags(const std::vector<std::string>& flags);
 

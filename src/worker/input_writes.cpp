@@ -16,6 +16,7 @@
 #include "common/device_stream.h"
 #include "common/input_reuse.h"
 #include "common/log.h"
+#include "common/step_trace.h"
 #include "common/tensor_set_hook.h"
 #include "common/units.h"
 #include "ggml-backend.h"
@@ -44,10 +45,7 @@ std::atomic<bool> g_queueing{false};
 std::atomic<uint64_t> g_count{0};
 std::atomic<uint64_t> g_graphs{0}, g_graph_ns{0}, g_writes{0}, g_write_ns{0};  // StepWork
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
+uint64_t now_ns() { return step_trace_now(); }
 
 // Input reuse (common/input_reuse.h): the slots of the head's current session, in device memory.
 struct Slot {
@@ -258,9 +256,13 @@ enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_
   using namespace tandem::worker;
   const uint64_t t0 = now_ns();
   flush_input_writes();
+  const uint64_t t_run = now_ns();
   const enum ggml_status st = fn(backend, cgraph);
+  const uint64_t t1 = now_ns();
   g_graphs.fetch_add(1, std::memory_order_relaxed);
-  g_graph_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  g_graph_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+  tandem::step_trace("inputs", t0, t_run);
+  tandem::step_trace("graph", t_run, t1);
   return st;
 }
 

@@ -44,11 +44,13 @@ ggml_backend_dev_t first_gpu() {
 
 // acc = w + x (read kFullViews times, each through a view of its own) + x's second half (kHalfViews
 // times, broadcast over both halves); w is a weight on `dev`, which pulls the additions there.
-// With `worker` (an RPC device), w starts as u + x, computed there from a weight u it holds.
+// With `worker` (an RPC device), w starts as u + x, computed there from a weight u it holds; with
+// `views_of_result` too, the views are of that u + x instead of x (as MiniMax-M3's sparse layers
+// each read a view of a mask the worker's first one made).
 class ViewsOfAnInput {
  public:
-  ViewsOfAnInput(ggml_backend_dev_t dev, int64_t n, ggml_backend_dev_t worker = nullptr)
-      : n_(n), worker_(worker != nullptr) {
+  ViewsOfAnInput(ggml_backend_dev_t dev, int64_t n, ggml_backend_dev_t worker = nullptr, bool views_of_result = false)
+      : n_(n), worker_(worker != nullptr), views_of_result_(views_of_result && worker != nullptr) {
     w_values_ = weights(n, 101);
     w_ = weight(dev, &wctx_, &wbuf_, w_values_);
     if (worker_) {
@@ -61,9 +63,17 @@ class ViewsOfAnInput {
     x_ = ggml_new_tensor_1d(gctx_, GGML_TYPE_F32, n);
     ggml_set_input(x_);
     ggml_tensor* acc = w_;
-    if (worker_) acc = ggml_add(gctx_, w_, ggml_add(gctx_, u_, ggml_view_1d(gctx_, x_, n, 0)));
-    for (int i = 0; i < kFullViews; ++i) acc = ggml_add(gctx_, acc, ggml_view_1d(gctx_, x_, n, 0));
-    for (int i = 0; i < kHalfViews; ++i) acc = ggml_add(gctx_, acc, ggml_view_1d(gctx_, x_, n / 2, sizeof(float) * (n / 2)));
+    ggml_tensor* viewed = x_;
+    if (worker_) {
+      ggml_tensor* ux = ggml_add(gctx_, u_, ggml_view_1d(gctx_, x_, n, 0));
+      if (views_of_result_) {
+        viewed = ux;
+      } else {
+        acc = ggml_add(gctx_, w_, ux);
+      }
+    }
+    for (int i = 0; i < kFullViews; ++i) acc = ggml_add(gctx_, acc, ggml_view_1d(gctx_, viewed, n, 0));
+    for (int i = 0; i < kHalfViews; ++i) acc = ggml_add(gctx_, acc, ggml_view_1d(gctx_, viewed, n / 2, sizeof(float) * (n / 2)));
     ggml_set_output(acc);
     out_ = acc;
     graph_ = ggml_new_graph(gctx_);
@@ -103,8 +113,14 @@ class ViewsOfAnInput {
     std::vector<float> got(n_);
     ggml_backend_tensor_get(out_, got.data(), 0, sizeof(float) * n_);
     for (int64_t j = 0; j < n_; ++j) {
-      float want = w_values_[j] + kFullViews * x[j] + kHalfViews * x[n_ / 2 + j % (n_ / 2)];
-      if (worker_) want += u_values_[j] + x[j];
+      float want = w_values_[j];
+      if (views_of_result_) {
+        const int64_t h = n_ / 2 + j % (n_ / 2);
+        want += kFullViews * (u_values_[j] + x[j]) + kHalfViews * (u_values_[h] + x[h]);
+      } else {
+        want += kFullViews * x[j] + kHalfViews * x[n_ / 2 + j % (n_ / 2)];
+        if (worker_) want += u_values_[j] + x[j];
+      }
       if (got[j] != want) {
         return ::testing::AssertionFailure() << "seed " << seed << ": element " << j << " is " << got[j] << ", not " << want;
       }
@@ -132,7 +148,7 @@ class ViewsOfAnInput {
   }
 
   int64_t n_;
-  bool worker_;
+  bool worker_, views_of_result_;
   bool allocated_ = false;
   ggml_context *wctx_ = nullptr, *uctx_ = nullptr, *gctx_ = nullptr;
   ggml_tensor *w_ = nullptr, *u_ = nullptr, *x_ = nullptr, *out_ = nullptr;
@@ -247,15 +263,20 @@ class CpuRpcServer {
   std::string endpoint_;
 };
 
+// The RPC device of ggml's RPC server on the CPU in a child process (`server`); nullptr when it fails.
+ggml_backend_dev_t rpc_worker(const CpuRpcServer& server) {
+  if (!server.up()) return nullptr;
+  ggml_backend_reg_t reg = ggml_backend_rpc_add_server(server.endpoint().c_str());
+  return reg != nullptr && ggml_backend_reg_dev_count(reg) >= 1 ? ggml_backend_reg_dev_get(reg, 0) : nullptr;
+}
+
 TEST(LocalInputs, AWorkersResultIsReadWhenTheSplitThatNeedsItLaunches) {
   ggml_backend_dev_t gpu = first_gpu();
   if (gpu == nullptr) GTEST_SKIP() << "no GPU here";
   CpuRpcServer server;
-  ASSERT_TRUE(server.up()) << "ggml's RPC server did not start on " << server.endpoint();
-  ggml_backend_reg_t reg = ggml_backend_rpc_add_server(server.endpoint().c_str());
-  ASSERT_NE(reg, nullptr);
-  ASSERT_GE(ggml_backend_reg_dev_count(reg), 1u);
-  ViewsOfAnInput g(gpu, 4096, ggml_backend_reg_dev_get(reg, 0));
+  ggml_backend_dev_t worker = rpc_worker(server);
+  ASSERT_NE(worker, nullptr) << "ggml's RPC server did not start on " << server.endpoint();
+  ViewsOfAnInput g(gpu, 4096, worker);
   LocalInputCopies on;
   const uint64_t deferred = LocalInputCopies::deferred(), repeated = LocalInputCopies::repeated();
   constexpr int kRuns = 20;
@@ -263,6 +284,27 @@ TEST(LocalInputs, AWorkersResultIsReadWhenTheSplitThatNeedsItLaunches) {
   EXPECT_GE(g.splits(), 2);
   EXPECT_EQ(LocalInputCopies::deferred() - deferred, static_cast<uint64_t>(kRuns));
   EXPECT_GT(LocalInputCopies::repeated() - repeated, 0u);
+}
+
+// Each view of a worker's result is a copy of its own for ggml's scheduler; the same bytes are
+// read from the server once per split and copied on the device for the other views.
+TEST(LocalInputs, AWorkersResultReadThroughSeveralViewsCrossesOnce) {
+  ggml_backend_dev_t gpu = first_gpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no GPU here";
+  CpuRpcServer server;
+  ggml_backend_dev_t worker = rpc_worker(server);
+  ASSERT_NE(worker, nullptr) << "ggml's RPC server did not start on " << server.endpoint();
+  ViewsOfAnInput g(gpu, 4096, worker, /*views_of_result=*/true);
+  LocalInputCopies on;
+  const uint64_t deferred = LocalInputCopies::deferred(), repeated = LocalInputCopies::results_repeated();
+  const uint64_t not_read = LocalInputCopies::result_bytes_not_read();
+  constexpr int kRuns = 20;
+  for (int seed = 0; seed < kRuns; ++seed) ASSERT_TRUE(g.run(seed));
+  EXPECT_EQ(LocalInputCopies::deferred() - deferred, static_cast<uint64_t>(kRuns * (kFullViews + kHalfViews)));
+  // Per run: the full view read once and the half once; the other views copied on the device.
+  EXPECT_EQ(LocalInputCopies::results_repeated() - repeated, static_cast<uint64_t>(kRuns * (kFullViews + kHalfViews - 2)));
+  EXPECT_EQ(LocalInputCopies::result_bytes_not_read() - not_read,
+            static_cast<uint64_t>(kRuns) * sizeof(float) * ((kFullViews - 1) * 4096 + (kHalfViews - 1) * 2048));
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <regex>
 #include <thread>
@@ -203,6 +206,34 @@ TEST_F(Split, InputsBeyondTheWorkerInputSlotsTakeTheOtherPaths) {
   EXPECT_GE(AsyncRpcWrites::reused_writes() - copies, 4u);         // masks beyond the slots, 2 more layers
 }
 
+// A mask the first worker made (MiniMax-M3's first sparse layer casts it once) and the second
+// worker's layers each read through a view: the head reads it from the first worker once per step
+// and passes it on (rpc_writes.h, relay_rpc_result); the tokens stay those of one process.
+TEST_F(Split, AResultOneWorkerMadeIsReadOncePerStepForTheNext) {
+  const GenerateOptions longer = long_prompt_options(model_, 6);
+  auto alone = generate(longer);
+  ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+
+  const link::Secret secret = make_secret(dir_.file("cluster.key"));
+  WorkerProcess w1(dir_, "box-b", dir_.file("cluster.key"));
+  WorkerProcess w2(dir_, "box-c", dir_.file("cluster.key"));
+  ASSERT_TRUE(w1.up() && w2.up()) << w1.log() << w2.log();
+  auto f1 = forward_to(w1, secret);
+  auto f2 = forward_to(w2, secret);
+  GenerateOptions split = longer;
+  split.placement.rpc_servers = {local(*f1), local(*f2)};
+  split.placement.tandem_workers = {local(*f1), local(*f2)};
+  split.placement.cpu_layers = 1;            // the dense layer
+  split.placement.device_layers = {1, 2};    // the first sparse layer, then two more
+  const uint64_t relayed = AsyncRpcWrites::relayed_results(), not_read = AsyncRpcWrites::relayed_bytes_not_read();
+  auto through = generate(split);
+  ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w1.log() << w2.log();
+  EXPECT_EQ(through->tokens, alone->tokens);
+  // Per prompt chunk the second worker's two layers each copy the mask: one read, one repeat.
+  EXPECT_GE(AsyncRpcWrites::relayed_results() - relayed, 2u);
+  EXPECT_GE(AsyncRpcWrites::relayed_bytes_not_read() - not_read, 1u << 20);  // the first chunk's 512 × 512 × 4
+}
+
 // The worker's RPC child keeps large blocks in its heap while a head loads (worker/rpc_server.cpp:
 // ggml reads each weight into a fresh buffer); when the session ends it gives them back, so the
 // free memory a later plan reads is really free.
@@ -260,6 +291,57 @@ TEST_F(Split, CommandLineForwarderServesTandemEngine) {
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_TRUE(j.is_object()) << r.out;
   EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), reference_);
+  ASSERT_TRUE(fwd.signal(SIGTERM));
+  EXPECT_EQ(fwd.wait(10000), 0);
+}
+
+// TANDEM_STEP_TRACE reaches the engine and the worker's RPC child, and their lines share a clock:
+// the worker's graph of a step never starts before the head's run of that step did. With the
+// measurement switches for the pipeline and the overlap on, the tokens stay those of one process.
+TEST_F(Split, TheStepTraceLinesUpTheHeadsRunsAndTheWorkersGraphs) {
+  make_secret(dir_.file("cluster.key"));
+  const std::string trace = dir_.file("trace.txt");
+  ::setenv("TANDEM_STEP_TRACE", trace.c_str(), 1);  // this process decided already (SetUp ran the model)
+  WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
+  const int port = free_port();
+  ChildProcess fwd({TANDEM_BINARY, "link", "forward", "--to", w.endpoint(), "--listen", "127.0.0.1:" + std::to_string(port),
+                    "--secret-file", dir_.file("cluster.key")},
+                   dir_.file("forward.log"));
+  auto r = run_tandem("engine -m " + model_ + " -p 'Two desktop boxes joined by one cable' -n 16 -c 128 -t 2 --ignore-eos "
+                      "--json --no-cpu-repack --no-pipeline --no-overlap --rpc 127.0.0.1:" + std::to_string(port) +
+                      " --tandem-worker 127.0.0.1:" + std::to_string(port) + " --cpu-layers 1 --layer-split 3",
+                      dir_.file(""));
+  ::unsetenv("TANDEM_STEP_TRACE");
+  ASSERT_TRUE(w.up()) << w.log();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), reference_);
+
+  std::map<int, std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>>> by_pid;
+  std::ifstream in(trace);
+  int pid = 0;
+  std::string what;
+  uint64_t t0 = 0, t1 = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    ASSERT_TRUE(fields >> pid >> what >> t0 >> t1) << "malformed trace line: " << line;
+    EXPECT_LE(t0, t1) << line;
+    by_pid[pid][what].emplace_back(t0, t1);
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> runs, graphs;
+  for (auto& [p, events] : by_pid) {
+    if (!events["run"].empty()) {
+      EXPECT_TRUE(runs.empty()) << "two processes ran the scheduler";
+      runs = events["run"];
+      EXPECT_EQ(events["launch-rpc"].size(), runs.size());
+    }
+    if (!events["graph"].empty()) graphs = events["graph"];
+  }
+  // The prompt's run and one per generated token after the first.
+  ASSERT_EQ(runs.size(), 16u);
+  ASSERT_EQ(graphs.size(), runs.size()) << "the worker's RPC child wrote no trace, or not one graph per step";
+  for (size_t i = 0; i < runs.size(); ++i) EXPECT_GE(graphs[i].first, runs[i].first) << "step " << i;
   ASSERT_TRUE(fwd.signal(SIGTERM));
   EXPECT_EQ(fwd.wait(10000), 0);
 }
