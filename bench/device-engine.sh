@@ -21,7 +21,7 @@ gpu_tests() {
   for name in input_writes_test local_inputs_test; do
     # shellcheck disable=SC2086 # word splitting of the source lists is intended
     if (cd "$root" && g++ -std=c++17 -O1 -rdynamic -Isrc -Itests -I/tmp/tandem-dev/llama/ggml/include -I"$sysroot/usr/include" \
-         ${sources[$name]} src/common/device_stream.cpp src/common/input_reuse.cpp src/common/step_trace.cpp \
+         ${sources[$name]} src/common/device_stream.cpp src/common/input_reuse.cpp src/common/step_trace.cpp src/common/word_runs.cpp \
          -L"$bin" -lggml-rpc -lggml -lggml-base -L"$sysroot/usr/lib/x86_64-linux-gnu" -lgtest_main -lgtest -lpthread -ldl \
          -Wl,-rpath,"$bin" -o "$out/$name") 2>"$out/$name.build.log"; then
       "$out/$name" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|element" | head -20
@@ -76,6 +76,8 @@ try:
     if j.get("worker_results_repeated"):
         reuse += (f"  worker results: {j['worker_results_repeated']} repeated, "
                   f"{j['worker_result_bytes_not_read'] / 2**20:.0f} MiB not read")
+    if j.get("run_inputs"):
+        reuse += f"  runs: {j['run_inputs']} inputs, {j['run_bytes_not_sent'] / 2**20:.0f} MiB not sent"
     if j.get("relayed_results"):
         reuse += f"  relayed: {j['relayed_results']} repeated, {j['relayed_bytes_not_read'] / 2**20:.0f} MiB not read"
     print(f"{label:44s} {j['decode_tps']:6.1f} tok/s decode {1000 / j['decode_tps']:6.2f} ms/token "

@@ -35,7 +35,7 @@ struct EngineFlags {
   bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false,
        sync_rpc_writes = false, no_input_reuse = false, sync_local_inputs = false,
        no_worker_input_slots = false, no_local_input_slots = false, no_pipeline = false,
-       no_overlap = false;
+       no_overlap = false, no_input_runs = false;
   int verbose = 0;
 };
 
@@ -59,6 +59,7 @@ engine::Placement placement(const EngineFlags& f) {
     p.tandem_workers.insert(w);
   }
   p.reuse_inputs = !f.no_input_reuse;
+  p.input_runs = !f.no_input_runs;
   p.queue_local_inputs = !f.sync_local_inputs;
   p.worker_input_slots = !f.no_worker_input_slots;
   p.local_input_slots = !f.no_local_input_slots;
@@ -108,6 +109,8 @@ void run_one_shot(EngineFlags& f) {
                         {"worker_result_bytes_not_read", engine::LocalInputCopies::result_bytes_not_read()},
                         {"relayed_results", engine::AsyncRpcWrites::relayed_results()},
                         {"relayed_bytes_not_read", engine::AsyncRpcWrites::relayed_bytes_not_read()},
+                        {"run_inputs", engine::AsyncRpcWrites::run_inputs()},
+                        {"run_bytes_not_sent", engine::AsyncRpcWrites::run_bytes_not_sent()},
                         {"prefill_profile", profile_json(r->prefill_profile)},
                         {"decode_profile", profile_json(r->decode_profile)}};
     // Generated text may end inside a UTF-8 sequence: replace, never throw.
@@ -172,6 +175,9 @@ void register_engine(CLI::App& app) {
                   "(implied by --worker-cache)");
   cmd->add_flag("--no-input-reuse", f.no_input_reuse,
                 "Send every repeated input to --tandem-worker endpoints whole, as to a stock server (for measuring the difference)");
+  cmd->add_flag("--no-input-runs", f.no_input_runs,
+                "Send a step's inputs to tandem workers whole even when they are mostly runs of one value (default: as runs, "
+                "a prompt chunk's masks a few KiB instead of MiB; for measuring the difference)");
   cmd->add_option("--rpc-in-process", f.rpc_in_process,
                   "--prompt: start ggml's RPC server inside this process on HOST:PORT, serving the local GPUs (name it in "
                   "--rpc too): a split with both halves in one process and one CUDA context, for measurement");

@@ -54,7 +54,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   const Placement& p = o.placement;
   const auto slots = [&](bool on) { return input_slot_bytes(p, on, model.get(), cp.n_ctx, cp.n_seq_max, cp.n_ubatch); };
   std::unique_ptr<AsyncRpcWrites> rpc_writes;
-  if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes = std::make_unique<AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots));
+  if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes = std::make_unique<AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
   std::unique_ptr<LocalInputCopies> local_inputs;
   if (p.queue_local_inputs) local_inputs = std::make_unique<LocalInputCopies>(slots(p.local_input_slots));
   std::unique_ptr<llama_context, ContextDeleter> ctx(llama_init_from_model(model.get(), cp));

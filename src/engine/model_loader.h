@@ -50,6 +50,9 @@ struct Placement {
   // RPC server, which would store the markers as data. Needs `async_rpc_writes`.
   std::set<std::string> tandem_workers;
   bool reuse_inputs = true;  // off only to measure what input reuse saves
+  // Step inputs to those workers that are mostly runs of one value (a prompt chunk's masks) go as
+  // runs (common/word_runs.h). Off only to measure what that saves.
+  bool input_runs = true;
   // The scheduler's copies of each step's inputs into this machine's GPUs are queued, each
   // distinct input copied from host memory once per split (engine/local_inputs.h). Off only to
   // measure what that saves.
@@ -71,6 +74,8 @@ struct Placement {
 
 // The endpoints to which a step's repeated inputs go as markers under `p`.
 inline std::set<std::string> reuse_endpoints(const Placement& p) { return p.reuse_inputs ? p.tandem_workers : std::set<std::string>{}; }
+// The endpoints to which a step's inputs that are mostly runs of one value go as runs under `p`.
+inline std::set<std::string> runs_endpoints(const Placement& p) { return p.input_runs ? p.tandem_workers : std::set<std::string>{}; }
 
 struct LoadOptions {
   std::string model;

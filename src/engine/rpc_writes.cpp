@@ -16,6 +16,7 @@
 #include "common/device_stream.h"
 #include "common/input_reuse.h"
 #include "common/tensor_set_hook.h"
+#include "common/word_runs.h"
 #include "engine/ggml_devices.h"
 #include "engine/sched_hooks.h"
 #include "ggml-backend.h"
@@ -26,7 +27,7 @@ namespace {
 
 std::mutex g_mutex;
 bool g_live = false;
-std::set<std::string> g_reuse_endpoints;  // while live
+std::set<std::string> g_reuse_endpoints, g_runs_endpoints;  // while live
 
 // One per RPC device, opened on first use. ggml's RPC backends share one connection (and its
 // queue) per endpoint, so a backend handle opened here queues behind whatever the scheduler's own
@@ -35,6 +36,7 @@ std::set<std::string> g_reuse_endpoints;  // while live
 struct Connection {
   ggml_backend_t backend = nullptr;
   std::unique_ptr<ReuseTable> reuse;  // a tandem worker's: repeated inputs go as markers
+  bool runs = false;                  // a tandem worker's: inputs that are mostly runs go as runs
   // Input slots (redirect_rpc_input): allocated at the first use, kept while the connection is.
   ggml_backend_buffer_t slots = nullptr;
   bool slots_failed = false;
@@ -48,7 +50,7 @@ std::atomic<bool> g_input_slots{false};  // while live
 uint64_t g_slot_bytes = 0;               // while live, under g_mutex
 std::atomic<unsigned long long> g_writes{0}, g_copies{0}, g_identified{0}, g_bytes_not_sent{0};
 std::atomic<unsigned long long> g_slotted{0}, g_slot_bytes_not_sent{0};
-std::atomic<unsigned long long> g_relayed{0}, g_relayed_bytes_not_read{0};
+std::atomic<unsigned long long> g_relayed{0}, g_relayed_bytes_not_read{0}, g_run_inputs{0}, g_run_bytes_not_sent{0};
 
 // relay_rpc_result's copies of this run's results, by where they lie on their server. The
 // scheduler's thread only.
@@ -64,10 +66,24 @@ uint64_t new_session() {
 Connection open_connection(ggml_backend_dev_t dev, ggml_backend_buffer_t buf) {
   Connection c;
   c.backend = ggml_backend_dev_init(dev, nullptr);
-  if (g_reuse_endpoints.count(rpc_endpoint(ggml_backend_buft_name(ggml_backend_buffer_get_type(buf)))) > 0) {
-    c.reuse = std::make_unique<ReuseTable>(new_session());
-  }
+  const std::string endpoint = rpc_endpoint(ggml_backend_buft_name(ggml_backend_buffer_get_type(buf)));
+  if (g_reuse_endpoints.count(endpoint) > 0) c.reuse = std::make_unique<ReuseTable>(new_session());
+  c.runs = g_runs_endpoints.count(endpoint) > 0;
   return c;
+}
+
+// Queues a write of a step input to `c`'s server: as runs when it is mostly runs and the server
+// takes them, as it is otherwise. Under g_mutex.
+void send_input(Connection& c, ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
+  if (c.runs) {
+    if (auto runs = encode_word_runs(data, size)) {
+      ggml_backend_tensor_set_async(c.backend, tensor, runs->data(), offset, runs->size());  // copied out at once
+      g_run_inputs.fetch_add(1, std::memory_order_relaxed);
+      g_run_bytes_not_sent.fetch_add(size - runs->size(), std::memory_order_relaxed);
+      return;
+    }
+  }
+  ggml_backend_tensor_set_async(c.backend, tensor, data, offset, size);
 }
 
 // The connection of `buf`'s RPC device, opened on first use; nullptr for another device or when it
@@ -95,7 +111,7 @@ bool write_async(ggml_tensor* tensor, const void* data, size_t offset, size_t si
     if (id != nullptr && id->data != data) id = nullptr;
     if (auto r = c.reuse->route(data, size, id)) {
       if (r->identified) g_identified.fetch_add(1, std::memory_order_relaxed);
-      if (r->send_data) ggml_backend_tensor_set_async(c.backend, tensor, data, offset, size);
+      if (r->send_data) send_input(c, tensor, data, offset, size);
       const auto marker = encode_reuse_marker(r->marker);
       ggml_backend_tensor_set_async(c.backend, tensor, marker.data(), offset, marker.size());
       if (!r->send_data) {
@@ -105,17 +121,18 @@ bool write_async(ggml_tensor* tensor, const void* data, size_t offset, size_t si
       return true;
     }
   }
-  ggml_backend_tensor_set_async(c.backend, tensor, data, offset, size);
+  send_input(c, tensor, data, offset, size);
   return true;
 }
 
 }  // namespace
 
-AsyncRpcWrites::AsyncRpcWrites(std::set<std::string> reuse_endpoints, uint64_t slot_bytes) {
+AsyncRpcWrites::AsyncRpcWrites(std::set<std::string> reuse_endpoints, uint64_t slot_bytes, std::set<std::string> runs_endpoints) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_live || !tensor_set_interposed()) return;
   g_live = active_ = true;
   g_reuse_endpoints = std::move(reuse_endpoints);
+  g_runs_endpoints = std::move(runs_endpoints);
   g_input_slots = slot_bytes > 0;
   g_slot_bytes = slot_bytes;
   add_tensor_set_hook(&write_async);
@@ -134,6 +151,7 @@ AsyncRpcWrites::~AsyncRpcWrites() {
   }
   g_connections.clear();
   g_reuse_endpoints.clear();
+  g_runs_endpoints.clear();
   g_input_slots = false;
   g_live = false;
 }
@@ -146,6 +164,8 @@ unsigned long long AsyncRpcWrites::slotted_inputs() { return g_slotted.load(); }
 unsigned long long AsyncRpcWrites::slot_bytes_not_sent() { return g_slot_bytes_not_sent.load(); }
 unsigned long long AsyncRpcWrites::relayed_results() { return g_relayed.load(); }
 unsigned long long AsyncRpcWrites::relayed_bytes_not_read() { return g_relayed_bytes_not_read.load(); }
+unsigned long long AsyncRpcWrites::run_inputs() { return g_run_inputs.load(); }
+unsigned long long AsyncRpcWrites::run_bytes_not_sent() { return g_run_bytes_not_sent.load(); }
 
 bool relay_rpc_result(const ggml_tensor* src, ggml_tensor* dst, uint64_t epoch) {
   ggml_backend_buffer_t from = src->view_src != nullptr ? src->view_src->buffer : src->buffer;
@@ -220,7 +240,7 @@ bool redirect_rpc_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTab
     it = c->slot_of.emplace(key, c->slots_used).first;
     c->slots_used += need;
     ggml_tensor slot = raw_bytes(c->slots, base + it->second, n);
-    ggml_backend_tensor_set_async(c->backend, &slot, src->data, 0, n);
+    send_input(*c, &slot, src->data, 0, n);
     g_writes.fetch_add(1, std::memory_order_relaxed);
   } else {
     g_slot_bytes_not_sent.fetch_add(n, std::memory_order_relaxed);

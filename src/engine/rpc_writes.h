@@ -30,8 +30,11 @@ class AsyncRpcWrites {
   // as does a build that does not interpose ggml_backend_tensor_set). `reuse_endpoints`: the RPC
   // endpoints ("host:port") that reach a tandem worker of this build, which take input-reuse
   // markers; never a stock RPC server. `slot_bytes`: the input slots' size on each server
-  // (input_slot_bytes; 0: none), see redirect_rpc_input.
-  explicit AsyncRpcWrites(std::set<std::string> reuse_endpoints = {}, uint64_t slot_bytes = 0);
+  // (input_slot_bytes; 0: none), see redirect_rpc_input. `runs_endpoints`: tandem workers of this
+  // build too, to which a step input that is mostly runs of one value goes as runs
+  // (common/word_runs.h), in a slot or not.
+  explicit AsyncRpcWrites(std::set<std::string> reuse_endpoints = {}, uint64_t slot_bytes = 0,
+                          std::set<std::string> runs_endpoints = {});
   // Uninstalls it and frees the backend handles it opened on the RPC connections.
   ~AsyncRpcWrites();
   AsyncRpcWrites(const AsyncRpcWrites&) = delete;
@@ -54,6 +57,9 @@ class AsyncRpcWrites {
   // earlier in the run, and the bytes that spared reading (relay_rpc_result).
   static unsigned long long relayed_results();
   static unsigned long long relayed_bytes_not_read();
+  // Step inputs sent as runs, and the bytes that spared the link.
+  static unsigned long long run_inputs();
+  static unsigned long long run_bytes_not_sent();
 
  private:
   bool active_ = false;

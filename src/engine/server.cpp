@@ -187,7 +187,7 @@ void Server::load() {
     return input_slot_bytes(p, on, model_.get(), static_cast<uint32_t>(so.context * so.parallel), static_cast<uint32_t>(so.parallel),
                             static_cast<uint32_t>(so.batch));
   };
-  if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes_ = std::make_unique<AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots));
+  if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes_ = std::make_unique<AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
   if (p.queue_local_inputs) local_inputs_ = std::make_unique<LocalInputCopies>(slots(p.local_input_slots));
   auto scheduler = Scheduler::create(model_.get(), config_.scheduler);
   if (!scheduler.is_ok()) return set_failed(scheduler.status().message());

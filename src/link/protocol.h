@@ -33,7 +33,7 @@
 
 namespace tandem::link {
 
-constexpr uint16_t kProtocolVersion = 2;
+constexpr uint16_t kProtocolVersion = 3;
 constexpr size_t kFrameHeaderSize = 8;
 constexpr size_t kMaxFrameBody = 1024;
 constexpr size_t kNonceSize = 32;

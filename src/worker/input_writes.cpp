@@ -19,6 +19,7 @@
 #include "common/step_trace.h"
 #include "common/tensor_set_hook.h"
 #include "common/units.h"
+#include "common/word_runs.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
@@ -56,6 +57,7 @@ struct Slot {
 std::array<Slot, kReuseSlots> g_slots;  // under g_mutex
 std::atomic<uint64_t> g_session{0};
 std::atomic<uint64_t> g_reuse_copies{0};
+std::atomic<uint64_t> g_runs_expanded{0};
 
 void flush_locked() {
   for (auto& entry : g_queues) {
@@ -152,9 +154,32 @@ void apply_marker(ggml_tensor* tensor, size_t offset, const ReuseMarker& m) {
   slot.bytes = m.bytes;
 }
 
+bool place_write(ggml_tensor* tensor, const void* data, size_t offset, size_t size);
+
+// An input the head sent as runs (common/word_runs.h): expanded here, then written as if it had
+// come whole. Runs that would write past the tensor stop the process, as a bad marker does.
+void expand_runs(ggml_tensor* tensor, const void* data, size_t offset, size_t size, uint64_t expanded) {
+  if (offset + expanded > ggml_nbytes(tensor)) {
+    reuse_failed(std::string("runs expanding to ") + format_bytes(expanded) + " at offset " + std::to_string(offset) +
+                 " of tensor '" + tensor->name + "' (" + format_bytes(ggml_nbytes(tensor)) + ")");
+  }
+  thread_local std::vector<uint8_t> bytes;  // kept: a fresh buffer a chunk would fault in every page
+  bytes.resize(expanded);
+  if (!decode_word_runs(data, size, bytes.data(), expanded)) reuse_failed("runs that do not decode");
+  g_runs_expanded.fetch_add(1, std::memory_order_relaxed);
+  if (place_write(tensor, bytes.data(), offset, expanded)) return;
+  real_tensor_set()(tensor, bytes.data(), offset, expanded);  // place_write waited for the queue
+}
+
 bool place_write(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
   ggml_backend_buffer_t buf = tensor->view_src != nullptr ? tensor->view_src->buffer : tensor->buffer;
   if (buf == nullptr || size == 0) return false;
+  if (size >= kWordRunsHeader) {
+    if (auto expanded = word_runs_size(data, size)) {
+      expand_runs(tensor, data, offset, size, *expanded);
+      return true;
+    }
+  }
   if (size == kReuseMarkerSize) {
     if (auto m = parse_reuse_marker(data, size)) {
       apply_marker(tensor, offset, *m);
@@ -235,6 +260,8 @@ void release_input_reuse(uint64_t session) {
 }
 
 uint64_t input_reuse_copies() { return g_reuse_copies.load(); }
+
+uint64_t expanded_run_inputs() { return g_runs_expanded.load(); }
 
 StepWork take_step_work() {
   StepWork w;

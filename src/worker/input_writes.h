@@ -39,6 +39,8 @@ uint64_t input_reuse_session();
 void release_input_reuse(uint64_t session);
 // Copy markers served since the process started (tests and diagnostics).
 uint64_t input_reuse_copies();
+// Inputs the head sent as runs (common/word_runs.h) and this process expanded (tests and diagnostics).
+uint64_t expanded_run_inputs();
 
 // What this server did for the head since the last call: graphs it computed and the seconds inside
 // them (the device's work, which ggml's server waits for, and launching it), and step inputs the

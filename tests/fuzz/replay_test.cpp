@@ -15,6 +15,7 @@ extern "C" int fuzz_engine_protocol(const uint8_t* data, size_t size);
 extern "C" int fuzz_config(const uint8_t* data, size_t size);
 extern "C" int fuzz_link_handshake(const uint8_t* data, size_t size);
 extern "C" int fuzz_gguf(const uint8_t* data, size_t size);
+extern "C" int fuzz_step_inputs(const uint8_t* data, size_t size);
 
 namespace {
 
@@ -40,5 +41,6 @@ TEST(FuzzReplay, EngineProtocol) { EXPECT_GT(replay("engine_protocol", fuzz_engi
 TEST(FuzzReplay, Config) { EXPECT_GT(replay("config", fuzz_config), 0u); }
 TEST(FuzzReplay, LinkHandshake) { EXPECT_GT(replay("link_handshake", fuzz_link_handshake), 0u); }
 TEST(FuzzReplay, Gguf) { EXPECT_GT(replay("gguf", fuzz_gguf), 0u); }
+TEST(FuzzReplay, StepInputs) { EXPECT_GT(replay("step_inputs", fuzz_step_inputs), 0u); }
 
 }  // namespace

@@ -121,6 +121,7 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
     split.placement.tandem_workers = {local(*f)};
     split.placement.reuse_inputs = reuse;
     split.placement.worker_input_slots = false;  // the path of inputs beyond the slots
+    split.placement.input_runs = false;          // the masks' bytes otherwise
     const uint64_t copies = AsyncRpcWrites::reused_writes(), spared = AsyncRpcWrites::bytes_not_sent();
     const uint64_t identified = AsyncRpcWrites::identified_writes();
     auto through = generate(split);
@@ -166,6 +167,7 @@ TEST_F(Split, WorkerInputSlotsGiveTheTokensOfOneProcessWithFewerBytes) {
     auto f = forward_to(w, secret);
     GenerateOptions split = through_worker(longer, *f);
     split.placement.reuse_inputs = false;  // the bytes of every copy otherwise
+    split.placement.input_runs = false;
     split.placement.worker_input_slots = slots;
     const uint64_t slotted = AsyncRpcWrites::slotted_inputs(), spared = AsyncRpcWrites::slot_bytes_not_sent();
     auto through = generate(split);
@@ -204,6 +206,38 @@ TEST_F(Split, InputsBeyondTheWorkerInputSlotsTakeTheOtherPaths) {
   EXPECT_EQ(through->tokens, alone->tokens);
   EXPECT_GE(AsyncRpcWrites::slotted_inputs() - slotted, 9u * 3u);  // 2 chunks and 7 decode steps, 3 layers
   EXPECT_GE(AsyncRpcWrites::reused_writes() - copies, 4u);         // masks beyond the slots, 2 more layers
+}
+
+// A prompt chunk's masks are mostly runs of one value: to a tandem worker they go as runs
+// (common/word_runs.h), expanded by its RPC child; the tokens stay those of one process and the
+// link carries less.
+TEST_F(Split, MasksGoToATandemWorkerAsRunsAndTheTokensStayTheSame) {
+  const GenerateOptions longer = long_prompt_options(model_, 6);
+  auto alone = generate(longer);
+  ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+
+  const link::Secret secret = make_secret(dir_.file("cluster.key"));
+  WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
+  ASSERT_TRUE(w.up()) << w.log();
+  uint64_t sent[2] = {0, 0};
+  for (bool runs : {true, false}) {
+    auto f = forward_to(w, secret);
+    GenerateOptions split = through_worker(longer, *f);
+    split.placement.tandem_workers = {local(*f)};
+    split.placement.input_runs = runs;
+    const uint64_t inputs = AsyncRpcWrites::run_inputs(), spared = AsyncRpcWrites::run_bytes_not_sent();
+    auto through = generate(split);
+    ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
+    EXPECT_EQ(through->tokens, alone->tokens) << (runs ? "with" : "without") << " runs";
+    sent[runs] = f->stats().bytes_to_worker;
+    if (runs) {
+      EXPECT_GE(AsyncRpcWrites::run_inputs() - inputs, 2u);  // a mask of each prompt chunk at least
+      EXPECT_GE(AsyncRpcWrites::run_bytes_not_sent() - spared, 1u << 20);
+    } else {
+      EXPECT_EQ(AsyncRpcWrites::run_inputs(), inputs);
+    }
+  }
+  EXPECT_LT(sent[1] + (1u << 20), sent[0]) << "with runs " << sent[1] << " bytes, without " << sent[0];
 }
 
 // A mask the first worker made (MiniMax-M3's first sparse layer casts it once) and the second

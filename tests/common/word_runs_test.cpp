@@ -1,0 +1,97 @@
+// The runs encoding of step inputs (common/word_runs.h): a causal mask comes back bit for bit from
+// a small fraction of its size, data without runs is not encoded, and anything that is not a whole,
+// consistent encoding is refused before a byte is written.
+#include "common/word_runs.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace tandem {
+namespace {
+
+// A causal f32 mask of `tokens` rows over `positions` cells: 0 up to the row's position, -inf after.
+std::vector<float> causal_mask(int tokens, int positions, int first) {
+  std::vector<float> m(static_cast<size_t>(tokens) * positions);
+  for (int t = 0; t < tokens; ++t) {
+    for (int p = 0; p < positions; ++p) m[static_cast<size_t>(t) * positions + p] = p <= first + t ? 0.0f : -INFINITY;
+  }
+  return m;
+}
+
+TEST(WordRuns, ACausalMaskComesBackBitForBitFromAFractionOfItsSize) {
+  const std::vector<float> mask = causal_mask(512, 4096, 3000);
+  const size_t n = mask.size() * sizeof(float);
+  auto enc = encode_word_runs(mask.data(), n);
+  ASSERT_TRUE(enc.has_value());
+  EXPECT_LT(enc->size(), n / 500) << enc->size() << " of " << n;
+  ASSERT_EQ(word_runs_size(enc->data(), enc->size()), n);
+  std::vector<float> back(mask.size(), 1.0f);
+  ASSERT_TRUE(decode_word_runs(enc->data(), enc->size(), back.data(), n));
+  EXPECT_EQ(std::memcmp(back.data(), mask.data(), n), 0);
+}
+
+TEST(WordRuns, HalfPrecisionMasksAndOddWordsKeepTheirBits) {
+  // f16 0 and -inf pairs, a word mixing both where a row changes, a NaN and -0.0 among zeros.
+  std::vector<uint16_t> h(70000, 0);
+  for (size_t i = 33333; i < h.size(); ++i) h[i] = 0xFC00;
+  std::vector<uint8_t> bytes(h.size() * 2);
+  std::memcpy(bytes.data(), h.data(), bytes.size());
+  const float nan = std::numeric_limits<float>::quiet_NaN(), negzero = -0.0f;
+  std::memcpy(bytes.data() + 40, &nan, 4);
+  std::memcpy(bytes.data() + 80, &negzero, 4);
+  auto enc = encode_word_runs(bytes.data(), bytes.size());
+  ASSERT_TRUE(enc.has_value());
+  std::vector<uint8_t> back(bytes.size());
+  ASSERT_TRUE(decode_word_runs(enc->data(), enc->size(), back.data(), back.size()));
+  EXPECT_EQ(back, bytes);
+}
+
+TEST(WordRuns, DataWithoutRunsOrTooSmallIsNotEncoded) {
+  std::mt19937 rng(7);
+  std::vector<uint32_t> noise(1 << 16);
+  for (auto& w : noise) w = rng();
+  EXPECT_FALSE(encode_word_runs(noise.data(), noise.size() * 4).has_value());
+  const std::vector<float> small(kWordRunsMinBytes / 4 - 1, 0.0f);
+  EXPECT_FALSE(encode_word_runs(small.data(), small.size() * 4).has_value());
+  const std::vector<uint8_t> odd(kWordRunsMinBytes + 2, 0);
+  EXPECT_FALSE(encode_word_runs(odd.data(), odd.size()).has_value());
+  // Mostly runs, but not enough of them: more than an eighth of the size.
+  std::vector<uint32_t> pairs(1 << 16);
+  for (size_t i = 0; i < pairs.size(); ++i) pairs[i] = static_cast<uint32_t>(i / 4);
+  EXPECT_FALSE(encode_word_runs(pairs.data(), pairs.size() * 4).has_value());
+}
+
+TEST(WordRuns, AnythingButAWholeConsistentEncodingIsRefused) {
+  const std::vector<float> mask = causal_mask(64, 1024, 100);
+  const size_t n = mask.size() * sizeof(float);
+  const std::vector<uint8_t> enc = encode_word_runs(mask.data(), n).value();
+  std::vector<uint8_t> out(n);
+  // Plain data, a cut encoding, one with a byte more.
+  EXPECT_FALSE(word_runs_size(mask.data(), n).has_value());
+  EXPECT_FALSE(word_runs_size(enc.data(), enc.size() - 8).has_value());
+  std::vector<uint8_t> longer = enc;
+  longer.push_back(0);
+  EXPECT_FALSE(word_runs_size(longer.data(), longer.size()).has_value());
+  // Runs that overrun or fall short of the stated size, or an empty run.
+  std::vector<uint8_t> bad = enc;
+  bad[kWordRunsHeader] += 1;
+  EXPECT_FALSE(word_runs_size(bad.data(), bad.size()).has_value());
+  EXPECT_FALSE(decode_word_runs(bad.data(), bad.size(), out.data(), n));
+  bad = enc;
+  bad[16] += 4;  // the stated size, one word more
+  EXPECT_FALSE(word_runs_size(bad.data(), bad.size()).has_value());
+  bad = enc;
+  std::memset(bad.data() + kWordRunsHeader, 0, 4);
+  EXPECT_FALSE(word_runs_size(bad.data(), bad.size()).has_value());
+  // The right encoding into the wrong room.
+  EXPECT_FALSE(decode_word_runs(enc.data(), enc.size(), out.data(), n - 4));
+  EXPECT_TRUE(decode_word_runs(enc.data(), enc.size(), out.data(), n));
+}
+
+}  // namespace
+}  // namespace tandem
