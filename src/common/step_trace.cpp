@@ -21,8 +21,6 @@ int trace_fd() {
 
 }  // namespace
 
-bool step_trace_on() { return trace_fd() >= 0; }
-
 uint64_t step_trace_now() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);

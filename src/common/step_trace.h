@@ -8,9 +8,8 @@
 
 namespace tandem {
 
-// Whether TANDEM_STEP_TRACE names a file this process can append to (decided once).
-bool step_trace_on();
-// Appends one line; nothing when tracing is off. `what` is one word; `bytes`, when not 0, follows
+// Appends one line; nothing when tracing is off (TANDEM_STEP_TRACE unset or not appendable, as
+// found at the process's first call). `what` is one word; `bytes`, when not 0, follows
 // the times as a fifth field (what a copy moved).
 void step_trace(const char* what, uint64_t start_ns, uint64_t end_ns, uint64_t bytes = 0);
 // Now on the clock step_trace's lines use.

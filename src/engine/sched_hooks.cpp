@@ -125,8 +125,9 @@ void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor*
   std::atomic<uint64_t>& bucket = in_rpc_buffer(dst) ? g_to_workers_ns : in_rpc_buffer(src) ? g_from_workers_ns : g_to_local_ns;
   const uint64_t epoch = g_epoch.load(std::memory_order_acquire);
   const uint64_t t0 = now_ns();
+  bool deferred = false;
   if (t_in_run && in_rpc_buffer(src) && !in_rpc_buffer(dst) && defer_worker_result(src, dst)) {
-    // read at the split's launch; the time is counted there (deferred_result_s)
+    deferred = true;  // read at the split's launch; the time is counted and traced there (deferred_result_s)
   } else if (t_in_run && in_rpc_buffer(src) && in_rpc_buffer(dst) && relay_rpc_result(src, dst, epoch)) {
     // read once per run, sent on as an input (rpc_writes.h)
   } else if (!src_host || ggml_backend_buffer_get_usage(src->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
@@ -145,7 +146,9 @@ void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor*
   }
   const uint64_t t1 = now_ns();
   bucket.fetch_add(t1 - t0, std::memory_order_relaxed);
-  if (&bucket != &g_to_local_ns) tandem::step_trace(&bucket == &g_from_workers_ns ? "from-workers" : "to-workers", t0, t1, ggml_nbytes(src));
+  if (&bucket != &g_to_local_ns && !deferred) {
+    tandem::step_trace(&bucket == &g_from_workers_ns ? "from-workers" : "to-workers", t0, t1, ggml_nbytes(src));
+  }
 }
 
 }  // extern "C"

@@ -261,14 +261,13 @@ void release_input_reuse(uint64_t session) {
 
 uint64_t input_reuse_copies() { return g_reuse_copies.load(); }
 
-uint64_t expanded_run_inputs() { return g_runs_expanded.load(); }
-
 StepWork take_step_work() {
   StepWork w;
   w.graphs = g_graphs.exchange(0);
   w.graph_s = g_graph_ns.exchange(0) / 1e9;
   w.writes = g_writes.exchange(0);
   w.write_s = g_write_ns.exchange(0) / 1e9;
+  w.runs = g_runs_expanded.exchange(0);
   return w;
 }
 

@@ -39,17 +39,17 @@ uint64_t input_reuse_session();
 void release_input_reuse(uint64_t session);
 // Copy markers served since the process started (tests and diagnostics).
 uint64_t input_reuse_copies();
-// Inputs the head sent as runs (common/word_runs.h) and this process expanded (tests and diagnostics).
-uint64_t expanded_run_inputs();
 
 // What this server did for the head since the last call: graphs it computed and the seconds inside
 // them (the device's work, which ggml's server waits for, and launching it), and step inputs the
-// hook placed (queued writes and reuse markers) with the seconds that took. Resets the counts.
+// hook placed (queued writes and reuse markers) with the seconds that took, of which `runs` came
+// as runs (common/word_runs.h) and were expanded here. Resets the counts.
 struct StepWork {
   uint64_t graphs = 0;
   double graph_s = 0;
   uint64_t writes = 0;
   double write_s = 0;
+  uint64_t runs = 0;
 };
 StepWork take_step_work();
 

@@ -122,8 +122,9 @@ void keep_large_blocks_in_heap() {
         // Against the head's wait for this worker (its one-shot profile), this says what the
         // device's work was and what the hand-over cost.
         std::snprintf(line, sizeof line, "the session's steps: %llu graphs computed in %.2f s (%.2f ms each), "
-                      "%llu step inputs placed in %.3f s", static_cast<unsigned long long>(w.graphs), w.graph_s,
-                      w.graph_s * 1e3 / static_cast<double>(w.graphs), static_cast<unsigned long long>(w.writes), w.write_s);
+                      "%llu step inputs placed in %.3f s (%llu expanded from runs)", static_cast<unsigned long long>(w.graphs),
+                      w.graph_s, w.graph_s * 1e3 / static_cast<double>(w.graphs), static_cast<unsigned long long>(w.writes),
+                      w.write_s, static_cast<unsigned long long>(w.runs));
         log::info("rpc-server", line);
       }
       const CacheLoaderStats st = take_cache_loader_stats();

@@ -238,6 +238,18 @@ TEST_F(Split, MasksGoToATandemWorkerAsRunsAndTheTokensStayTheSame) {
     }
   }
   EXPECT_LT(sent[1] + (1u << 20), sent[0]) << "with runs " << sent[1] << " bytes, without " << sent[0];
+  // The worker's RPC child says how many it expanded, per session: some, then none.
+  const std::regex line("step inputs placed in [0-9.]+ s \\(([0-9]+) expanded from runs\\)");
+  std::vector<uint64_t> expanded;
+  for (int i = 0; i < 100 && expanded.size() < 2; ++i) {
+    expanded.clear();
+    const std::string log = w.log();
+    for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it) expanded.push_back(std::stoull((*it)[1]));
+    if (expanded.size() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(expanded.size(), 2u) << w.log();
+  EXPECT_GE(expanded[0], 2u);
+  EXPECT_EQ(expanded[1], 0u);
 }
 
 // A mask the first worker made (MiniMax-M3's first sparse layer casts it once) and the second
