@@ -3,20 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/le_bytes.h"
+
 namespace tandem {
 namespace {
 
 constexpr char kMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'r', 'e', 'u', 's', 'e', '-', 'v', '1', '\n'};
-
-void put(uint8_t* p, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
-uint64_t get(const uint8_t* p, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
 
 }  // namespace
 
@@ -28,25 +20,25 @@ uint64_t input_slot_bytes(uint64_t n_embd, uint64_t tokens, uint64_t kv_per_stre
 std::array<uint8_t, kReuseMarkerSize> encode_reuse_marker(const ReuseMarker& m) {
   std::array<uint8_t, kReuseMarkerSize> out{};
   std::memcpy(out.data(), kMagic, sizeof kMagic);
-  put(out.data() + 16, static_cast<uint32_t>(m.op), 4);
-  put(out.data() + 20, m.slot, 4);
-  put(out.data() + 24, m.bytes, 8);
-  put(out.data() + 32, m.session, 8);
-  put(out.data() + 40, m.drop, 4);
+  put_le(out.data() + 16, static_cast<uint32_t>(m.op), 4);
+  put_le(out.data() + 20, m.slot, 4);
+  put_le(out.data() + 24, m.bytes, 8);
+  put_le(out.data() + 32, m.session, 8);
+  put_le(out.data() + 40, m.drop, 4);
   return out;
 }
 
 std::optional<ReuseMarker> parse_reuse_marker(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
-  if (n != kReuseMarkerSize || std::memcmp(p, kMagic, sizeof kMagic) != 0 || get(p + 44, 4) != 0) return std::nullopt;
+  if (n != kReuseMarkerSize || std::memcmp(p, kMagic, sizeof kMagic) != 0 || get_le(p + 44, 4) != 0) return std::nullopt;
   ReuseMarker m;
-  const uint64_t op = get(p + 16, 4);
+  const uint64_t op = get_le(p + 16, 4);
   if (op != static_cast<uint32_t>(ReuseOp::keep) && op != static_cast<uint32_t>(ReuseOp::copy)) return std::nullopt;
   m.op = static_cast<ReuseOp>(op);
-  m.slot = static_cast<uint32_t>(get(p + 20, 4));
-  m.bytes = get(p + 24, 8);
-  m.session = get(p + 32, 8);
-  m.drop = static_cast<uint32_t>(get(p + 40, 4));
+  m.slot = static_cast<uint32_t>(get_le(p + 20, 4));
+  m.bytes = get_le(p + 24, 8);
+  m.session = get_le(p + 32, 8);
+  m.drop = static_cast<uint32_t>(get_le(p + 40, 4));
   if (m.slot >= kReuseSlots || m.bytes == 0 || (m.drop >> kReuseSlots) != 0) return std::nullopt;
   return m;
 }

@@ -2,25 +2,17 @@
 
 #include <cstring>
 
+#include "common/le_bytes.h"
+
 namespace tandem {
 namespace {
 
 constexpr char kMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'r', 'u', 'n', 's', '-', 'v', '1', '\n', '\0'};
 
-void put(uint8_t* p, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
-uint64_t get(const uint8_t* p, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
 // The header's run count, when `data` starts with a header whose runs fill the rest exactly.
 std::optional<uint32_t> runs_of(const uint8_t* p, size_t n) {
-  if (n < kWordRunsHeader || std::memcmp(p, kMagic, sizeof kMagic) != 0 || get(p + 28, 4) != 0) return std::nullopt;
-  const uint64_t runs = get(p + 24, 4);
+  if (n < kWordRunsHeader || std::memcmp(p, kMagic, sizeof kMagic) != 0 || get_le(p + 28, 4) != 0) return std::nullopt;
+  const uint64_t runs = get_le(p + 24, 4);
   if ((n - kWordRunsHeader) % 8 != 0 || (n - kWordRunsHeader) / 8 != runs) return std::nullopt;
   return static_cast<uint32_t>(runs);
 }
@@ -44,15 +36,15 @@ std::optional<std::vector<uint8_t>> encode_word_runs(const void* data, size_t n)
     if (out.size() + 8 > limit) return std::nullopt;
     const size_t at = out.size();
     out.resize(at + 8);
-    put(out.data() + at, j - i, 4);
+    put_le(out.data() + at, j - i, 4);
     std::memcpy(out.data() + at + 4, &w, 4);
     ++runs;
     i = j;
   }
   std::memcpy(out.data(), kMagic, sizeof kMagic);
-  put(out.data() + 16, n, 8);
-  put(out.data() + 24, runs, 4);
-  put(out.data() + 28, 0, 4);
+  put_le(out.data() + 16, n, 8);
+  put_le(out.data() + 24, runs, 4);
+  put_le(out.data() + 28, 0, 4);
   return out;
 }
 
@@ -60,11 +52,11 @@ std::optional<uint64_t> word_runs_size(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
   const auto runs = runs_of(p, n);
   if (!runs) return std::nullopt;
-  const uint64_t size = get(p + 16, 8);
+  const uint64_t size = get_le(p + 16, 8);
   if (size % 4 != 0) return std::nullopt;
   uint64_t words = 0;
   for (uint32_t r = 0; r < *runs; ++r) {
-    const uint64_t len = get(p + kWordRunsHeader + 8 * r, 4);
+    const uint64_t len = get_le(p + kWordRunsHeader + 8 * r, 4);
     if (len == 0) return std::nullopt;
     words += len;
     if (words > size / 4) return std::nullopt;
@@ -78,10 +70,10 @@ bool decode_word_runs(const void* data, size_t n, void* out, size_t out_n) {
   if (!size || *size != out_n) return false;
   const auto* p = static_cast<const uint8_t*>(data);
   auto* o = static_cast<uint8_t*>(out);
-  const uint32_t runs = static_cast<uint32_t>(get(p + 24, 4));
+  const uint32_t runs = static_cast<uint32_t>(get_le(p + 24, 4));
   for (uint32_t r = 0; r < runs; ++r) {
     const uint8_t* run = p + kWordRunsHeader + 8 * r;
-    const uint64_t len = get(run, 4);
+    const uint64_t len = get_le(run, 4);
     uint32_t w;
     std::memcpy(&w, run + 4, 4);
     if (w == 0 || ((w & 0xff) * 0x01010101u) == w) {
