@@ -69,9 +69,8 @@ void register_serve(CLI::App& app) {
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine");
   cmd->add_option("--engine-flag", f.options.engine_flags,
                   "Turn one of the engine's optimisations off, to measure what it saves, e.g. "
-                  "--engine-flag=--no-worker-input-slots (one of: --no-worker-input-slots, --no-local-input-slots, "
-                  "--sync-rpc-writes, --sync-local-inputs, --no-input-reuse, --no-cpu-repack; see `tandem engine --help`); "
-                  "repeat for more")
+                  "--engine-flag=--no-worker-input-slots (one of: " + gateway::engine_flags_list() +
+                      "; see `tandem engine --help`); repeat for more")
       ->allow_extra_args(false)
       ->each([](const std::string& flag) {
         if (Status s = gateway::check_engine_flags({flag}); !s.is_ok()) fail(s.message(), 2);

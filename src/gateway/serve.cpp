@@ -78,12 +78,17 @@ std::string default_model_id(const std::string& path) {
 
 }  // namespace
 
+std::string engine_flags_list() {
+  std::string known;
+  for (const std::string& k : kEngineFlags) known += (known.empty() ? "" : ", ") + k;
+  return known;
+}
+
 Status check_engine_flags(const std::vector<std::string>& flags) {
   for (const std::string& f : flags) {
     if (std::find(kEngineFlags.begin(), kEngineFlags.end(), f) != kEngineFlags.end()) continue;
-    std::string known;
-    for (const std::string& k : kEngineFlags) known += (known.empty() ? "" : ", ") + k;
-    return Status::invalid_argument("--engine-flag: '" + f + "' is not one serve passes on to the engine; these are: " + known);
+    return Status::invalid_argument("--engine-flag: '" + f + "' is not one serve passes on to the engine; these are: " +
+                                    engine_flags_list());
   }
   return Status::ok();
 }

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "gateway/serve.h"
 #include "support/process.h"
 #include "test_util.h"
 
@@ -50,6 +51,19 @@ TEST(Cli, SynthThenInspectJson) {
   auto text = run_tandem("inspect " + dir.file("t.gguf"), dir.file(""));
   EXPECT_EQ(text.exit_code, 0);
   EXPECT_NE(text.out.find("read per token"), std::string::npos) << text.out;
+}
+
+// What serve passes on with --engine-flag the engine takes, and serve's help names every one.
+TEST(Cli, EveryFlagServePassesOnIsAnEngineFlagAndInServesHelp) {
+  ScratchDir dir;
+  auto serve = run_tandem("serve --help", dir.file(""));
+  auto engine = run_tandem("engine --help", dir.file(""));
+  ASSERT_EQ(serve.exit_code, 0) << serve.err;
+  ASSERT_EQ(engine.exit_code, 0) << engine.err;
+  for (const std::string& flag : gateway::kEngineFlags) {
+    EXPECT_NE(serve.out.find(flag), std::string::npos) << flag << " is not in serve's help";
+    EXPECT_NE(engine.out.find(flag + " "), std::string::npos) << flag << " is not an engine flag";
+  }
 }
 
 TEST(Cli, InspectOfABadFileIsOneLineAndExitsOne) {
