@@ -3,7 +3,7 @@
 and the workers on its machine: one line per run of the head's scheduler (one micro-batch) with
 what happened in it, then totals.
 
-  bench/trace_summary.py TRACE... [--first N]
+  bench/trace_summary.py TRACE...
 
 TRACE files are read together (the head's and a worker's, say); worker graphs outside the head's
 runs are left out.
@@ -22,11 +22,6 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     args = sys.argv[1:]
-    first = 0
-    if "--first" in args:
-        i = args.index("--first")
-        first = int(args[i + 1])
-        del args[i:i + 2]
     events = collections.defaultdict(list)
     for path in args:
         for line in open(path):
@@ -41,8 +36,6 @@ def main():
     head = heads[0]
     graphs = sorted((t0, t1) for p, ev in events.items() if p != head for t0, t1, w in ev if w == "graph")
     runs = sorted((t0, t1) for t0, t1, w in events[head] if w == "run")
-    if first:
-        runs = runs[:first]
     origin = runs[0][0]
     ms = lambda ns: ns / 1e6
     totals = collections.Counter()
