@@ -2,8 +2,8 @@
 # Where a long prompt's split loses to one process on one GPU, in one device call (after
 # `device-compare.sh build` and `model`): the GPU tests of the head's queue, then tandem-engine
 # one-shot runs of the 60-layer proxy with a ~3960-token prompt (8 micro-batches of 512) and 2
-# tokens: one process; the split 30 + 30 through a
-# seeded `tandem worker` (two processes, two CUDA contexts on one GPU) as it runs by default, with
+# tokens: one process; the split 30 + 30 through a seeded `tandem worker` (two processes, two CUDA
+# contexts on one GPU) as it runs by default, with
 # libllama's pipeline parallelism off (`--no-pipeline`), with no two micro-batches' device work
 # overlapping (`--no-overlap`), and with the head's input slots off; then the split against ggml's
 # RPC server inside the engine (`--rpc-in-process`: one process, one CUDA context), by default and
