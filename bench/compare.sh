@@ -67,21 +67,26 @@ threads=${SPLIT_THREADS:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}
 "$tandem" secret new -o "$work/cluster.key" >/dev/null
 key=$("$tandem" keys --db "$work/keys.db" create --name bench 2>/dev/null)
 
+# llama-server's prompt cache (--cache-ram, 8 GiB by default) copies a slot's KV state to host
+# memory whenever a new prompt takes that slot over, inside the request: ~500 MB for a 4096-token
+# prompt of m3-proxy, read over RPC in the stock splits. tandem has no such cache, and no prompt of
+# the benchmark is ever sent twice, so the llama-server configurations run without it.
+llama_common=(-c $((context * 4)) -np 4 --fit off -fa on --no-warmup --cache-ram 0 --alias bench)
 start_config() {  # name; sets url, load_s
   local name=$1 port rport
   port=$(free_port) rport=$(free_port)
   url="http://127.0.0.1:$port"
   case "$name" in
     single)
-      "$llama_bin/llama-server" -m "$model" -ngl "${NGL:-99}" -c $((context * 4)) -np 4 --fit off -fa on --no-warmup --port "$port" \
-        --alias bench >"$work/$name.log" 2>&1 & pids+=($!) ;;
+      "$llama_bin/llama-server" -m "$model" -ngl "${NGL:-99}" "${llama_common[@]}" --port "$port" \
+        >"$work/$name.log" 2>&1 & pids+=($!) ;;
     stock-split|stock-split-graphs)
       local env=()
       [ "$name" = stock-split ] && env=(GGML_CUDA_DISABLE_GRAPHS=1)
       env "${env[@]}" "$llama_bin/ggml-rpc-server" -H 127.0.0.1 -p "$rport" -t "$threads" >"$work/$name-rpc.log" 2>&1 & pids+=($!)
       sleep 1
-      env "${env[@]}" "$llama_bin/llama-server" -m "$model" "${stock_split[@]}" -c $((context * 4)) -np 4 --fit off -fa on --no-warmup --port "$port" \
-        -t "$threads" --rpc 127.0.0.1:$rport --alias bench >"$work/$name.log" 2>&1 & pids+=($!) ;;
+      env "${env[@]}" "$llama_bin/llama-server" -m "$model" "${stock_split[@]}" "${llama_common[@]}" --port "$port" \
+        -t "$threads" --rpc 127.0.0.1:$rport >"$work/$name.log" 2>&1 & pids+=($!) ;;
     tandem-split|tandem-cold)
       [ "$name" = tandem-cold ] && rm -rf "$work/worker-cache"
       "$tandem" worker --listen 127.0.0.1:$rport --secret-file "$work/cluster.key" --name worker \

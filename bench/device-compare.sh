@@ -11,7 +11,8 @@
 #   bench/device-compare.sh contexts           bench/device-contexts.sh: the split's cost with one CUDA context or two, ~3 min
 #   bench/device-compare.sh local              bench/device-local.sh: the head's queued GPU input copies and the input slots, ~4.5 min
 #   bench/device-compare.sh prefill            bench/device-prefill.sh: a long prompt's split, pipelined or not, one context or two, ~3 min
-# Results and logs go to $OUT (the device tool's output folder) as well as bench/results/.
+# Results and logs go to $OUT (the device tool's output folder: for the diagnostic modes, the
+# printed summary and MODE-logs.tar.gz) as well as bench/results/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/device-out}
@@ -38,18 +39,12 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|l
   load)
     SKIP_COLD=1 LOAD_ONLY=1 CONFIGS="single tandem-split tandem-split" SPLIT_MODE=gpu \
       "$root/bench/compare.sh" "$root/build-cuda" "$model" 1 2>&1 | tee "$out/load.txt" ;;
-  diag)
-    "$root/bench/device-diag.sh" "${2:-12}" 2>&1 | tee "$out/diag.txt" ;;
-  writes)
-    "$root/bench/device-writes.sh" 2>&1 | tee "$out/writes.txt" ;;
-  placement)
-    "$root/bench/device-placement.sh" 2>&1 | tee "$out/placement.txt" ;;
-  reuse)
-    "$root/bench/device-reuse.sh" 2>&1 | tee "$out/reuse.txt" ;;
-  contexts)
-    "$root/bench/device-contexts.sh" 2>&1 | tee "$out/contexts.txt" ;;
-  local)
-    "$root/bench/device-local.sh" 2>&1 | tee "$out/local.txt" ;;
-  prefill)
-    "$root/bench/device-prefill.sh" 2>&1 | tee "$out/prefill.txt" ;;
+  diag|writes|placement|reuse|contexts|local|prefill)
+    # The device tool brings back at most 8 files: the scripts' logs, traces and JSON go into one
+    # archive beside the printed summary.
+    work=$(mktemp -d)
+    OUT=$work "$root/bench/device-$1.sh" ${2:+"$2"} 2>&1 | tee "$out/$1.txt"
+    find "$work" -type f \( -name '*.log' -o -name '*.txt' -o -name '*.json' \) -printf '%P\n' |
+      tar czf "$out/$1-logs.tar.gz" -C "$work" -T -
+    rm -rf "$work" ;;
 esac

@@ -9,14 +9,17 @@ import os
 import statistics
 import sys
 
-FIGURES = [("decode_tps", "decode_tps"), ("prefill_tps", None), ("ttft_ms", "ttft_ms"), ("aggregate_tps", "aggregate_tps")]
+# (name in results.json, key in `tandem bench --json`); prefill_tps is the 512-token prompt's, as
+# in llama-bench's pp512, and every prompt size measured gets its own prefill_tps_N as well.
+FIGURES = [("decode_tps", "decode_tps"), ("prefill_tps", "prefill_tps_512"), ("ttft_ms", "ttft_ms"),
+           ("aggregate_tps", "aggregate_tps")]
 CONFIGS = ["single", "stock-split", "stock-split-graphs", "tandem-split"]
 
 
 def write_svg(figures, names, out):
     """One bar group per figure: each configuration relative to single."""
     colors = {"single": "#888", "stock-split": "#d95f02", "stock-split-graphs": "#e6ab02", "tandem-split": "#1b9e77"}
-    w, h, bar = 720, 320, 28
+    w, h, bar = 200 + 170 * len(names), 320, 28
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
            '<text x="10" y="18">relative to single (higher is better; ttft: lower is better)</text>']
     for gi, n in enumerate(names):
@@ -39,10 +42,38 @@ def write_svg(figures, names, out):
     open(os.path.join(out, "results.svg"), "w").write("\n".join(svg))
 
 
+def prefill_sizes(measured):
+    """The prefill_tps_N keys of one run's figures, smallest prompt first."""
+    return sorted((k for k in measured if k.startswith("prefill_tps_")), key=lambda k: int(k.rsplit("_", 1)[1]))
+
+
+def figure_names(figures):
+    """The figures a report compares: FIGURES, then each larger prompt's prefill."""
+    seen = {k for f in figures.values() for k in f}
+    return [n for n, _ in FIGURES] + [k for k in prefill_sizes(seen) if k != "prefill_tps_512"]
+
+
+def spread_table(runs, names):
+    """Markdown lines: each configuration's figures as the median of every sample of every round,
+    with the lowest and highest sample, so a ratio can be read against the noise."""
+    rounds = max((r["round"] for r in runs if "bench" in r), default=0)
+    md = ["", f"Spread: every sample of {rounds} round(s), median (lowest–highest).", "",
+          "| figure | " + " | ".join(CONFIGS) + " |", "|---|" + "---|" * len(CONFIGS)]
+    keys = dict(FIGURES)
+    for n in names:
+        cells = []
+        for c in CONFIGS:
+            samples = [x for r in runs if r["config"] == c and "bench" in r
+                       for x in r["bench"]["figures"].get(keys.get(n, n), {}).get("samples", [])]
+            cells.append(f"{statistics.median(samples):.1f} ({min(samples):.1f}–{max(samples):.1f})" if samples else "-")
+        md.append(f"| {n} | " + " | ".join(cells) + " |")
+    return md
+
+
 def main():
     if sys.argv[1:2] == ["--svg"]:
         results = json.load(open(sys.argv[2]))
-        write_svg(results["figures"], [n for n, _ in FIGURES], sys.argv[3])
+        write_svg(results["figures"], figure_names(results["figures"]), sys.argv[3])
         return
     runs_path, model_path, out, commit, machine = sys.argv[1:6]
     runs = [json.loads(line) for line in open(runs_path) if line.strip()]
@@ -53,17 +84,10 @@ def main():
         if not mine:
             continue
         fig = {}
-        for name, key in FIGURES:
-            if key is None:  # prefill: the largest prompt size measured
-                keys = sorted((k for k in mine[0]["bench"]["figures"] if k.startswith("prefill_tps_")),
-                              key=lambda k: int(k.rsplit("_", 1)[1]))
-                if not keys:
-                    continue
-                for k in keys:
-                    fig[k] = statistics.median(r["bench"]["figures"][k]["median"] for r in mine)
-                fig[name] = fig[keys[0]]
-                continue
-            fig[name] = statistics.median(r["bench"]["figures"][key]["median"] for r in mine)
+        measured = mine[0]["bench"]["figures"]
+        for name, key in FIGURES + [(k, k) for k in prefill_sizes(measured)]:
+            if key in measured:
+                fig[name] = statistics.median(r["bench"]["figures"][key]["median"] for r in mine)
         figures[config] = fig
         load_s[config] = statistics.median(r["load_s"] for r in mine)
 
@@ -76,7 +100,7 @@ def main():
             return None
         return figures[a][name] / figures[b][name]
 
-    names = [n for n, _ in FIGURES]
+    names = figure_names(figures)
     bandwidth = float(os.environ.get("BANDWIDTH", "4.8e12"))
     active = model["active_bytes_per_token"]
     result = {
@@ -106,6 +130,7 @@ def main():
         cells = [f"{figures[c][n]:.1f}" if c in figures and n in figures[c] else "-" for c in CONFIGS]
         rs = [result[k][n] for k in ("ratios", "ratios_best_stock", "vs_single")]
         md.append(f"| {n} | " + " | ".join(cells) + " | " + " | ".join(f"{r:.2f}" if r else "-" for r in rs) + " |")
+    md += spread_table(runs, names)
     md += ["", "load (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result["load_s"].items() if v is not None)]
     lb = result["link_bytes"]
     if lb["load_cold"]:
