@@ -7,7 +7,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libssl-dev libsqlite3-dev libsystemd-dev
   libgtest-dev libgmock-dev
-  iproute2 procps curl
+  iproute2 procps curl python3
   chromium  # the status page test drives it headless (scripts/install-playwright.sh)
 )
 missing=()

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""bench/report.py on made-up runs: the fields results.json promises, medians over rounds, ratios
+per prompt size, and the spread table. usage: report_test.py PATH/TO/report.py"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPORT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "../../bench/report.py")
+
+
+def figure(samples, unit="tok/s"):
+    s = sorted(samples)
+    return {"samples": samples, "median": s[len(s) // 2], "min": s[0], "max": s[-1], "unit": unit}
+
+
+def run(config, rnd, decode, p512, p4096, load_s=5.0, link_bytes=0):
+    return {"config": config, "round": rnd, "load_s": load_s, "link_bytes": link_bytes, "bench": {"model": "bench", "figures": {
+        "decode_tps": figure(decode), "prefill_tps_512": figure(p512), "prefill_tps_4096": figure(p4096),
+        "ttft_ms": figure([300.0, 310.0, 320.0], "ms"), "aggregate_tps": figure([80.0, 82.0, 84.0])}}}
+
+
+class Report(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        d = self.dir.name
+        runs = [
+            {"config": "tandem-cold", "round": 1, "load_s": 60.0, "link_bytes": 16_000_000_000},
+            run("single", 1, [50.0, 56.0, 58.0], [1800.0, 1900.0, 2000.0], [2000.0, 2100.0, 2450.0], 5.0),
+            run("stock-split", 1, [40.0, 41.0, 42.0], [1300.0, 1310.0, 1320.0], [1000.0, 1080.0, 1100.0], 48.0),
+            run("tandem-split", 1, [57.0, 57.5, 58.0], [2000.0, 2040.0, 2100.0], [2200.0, 2300.0, 2330.0], 5.2, 13_000_000),
+            run("single", 2, [55.0, 57.0, 57.5], [1850.0, 1950.0, 1960.0], [1900.0, 2000.0, 2400.0], 6.0),
+            run("stock-split", 2, [39.0, 40.0, 41.0], [1250.0, 1300.0, 1350.0], [1050.0, 1070.0, 1200.0], 50.0),
+            run("tandem-split", 2, [55.0, 56.0, 56.5], [2000.0, 2030.0, 2050.0], [2210.0, 2310.0, 2340.0], 5.8, 15_000_000),
+        ]
+        with open(os.path.join(d, "runs.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(r) for r in runs) + "\n")
+        with open(os.path.join(d, "model.json"), "w") as f:
+            json.dump({"active_bytes_per_token": 13_918_301_952, "files": ["/models/m3-proxy.gguf"]}, f)
+        subprocess.run([sys.executable, REPORT, os.path.join(d, "runs.jsonl"), os.path.join(d, "model.json"),
+                        os.path.join(d, "out"), "abc1234", "h200"], check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(d, "out", "results.json")) as f:
+            self.results = json.load(f)
+        with open(os.path.join(d, "out", "results.md")) as f:
+            self.md = f.read()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_results_name_what_was_measured(self):
+        r = self.results
+        self.assertEqual((r["commit"], r["machine"], r["model"]), ("abc1234", "h200", "m3-proxy.gguf"))
+        self.assertEqual(r["active_bytes_per_token"], 13_918_301_952)
+        self.assertAlmostEqual(r["physical_limit_tps"], 4.8e12 / 13_918_301_952)
+        self.assertTrue(os.path.exists(os.path.join(self.dir.name, "out", "results.svg")))
+
+    def test_figures_are_the_median_over_rounds_of_each_rounds_median(self):
+        f = self.results["figures"]
+        self.assertEqual(f["single"]["decode_tps"], (56.0 + 57.0) / 2)
+        self.assertEqual(f["tandem-split"]["prefill_tps_4096"], (2300.0 + 2310.0) / 2)
+        # prefill_tps is the 512-token prompt's, as in llama-bench's pp512.
+        self.assertEqual(f["tandem-split"]["prefill_tps"], f["tandem-split"]["prefill_tps_512"])
+        self.assertNotIn("stock-split-graphs", f)
+
+    def test_every_prompt_size_has_its_ratios(self):
+        r = self.results
+        self.assertAlmostEqual(r["vs_single"]["prefill_tps_4096"], 2305.0 / 2050.0)
+        self.assertAlmostEqual(r["ratios"]["prefill_tps_4096"], 2305.0 / 1075.0)
+        self.assertAlmostEqual(r["vs_single"]["decode_tps"], 56.75 / 56.5)
+        for name in ("decode_tps", "prefill_tps", "ttft_ms", "aggregate_tps", "prefill_tps_4096"):
+            self.assertIn(name, r["ratios"])
+            self.assertIsNone(r["ratios_best_stock"][name])  # no stock-split-graphs in these runs
+
+    def test_loads_and_link_bytes(self):
+        r = self.results
+        self.assertEqual(r["load_s"], {"single": 5.5, "stock": 49.0, "cold": 60.0, "seeded": 5.5})
+        self.assertEqual(r["link_bytes"], {"load_cold": 16_000_000_000, "load_seeded": 14_000_000})
+
+    def test_markdown_shows_the_4096_row_and_each_configurations_spread(self):
+        self.assertRegex(self.md, r"\| prefill_tps_4096 \| 2050\.0 \| 1075\.0 \| - \| 2305\.0 \| 2\.14 \| - \| 1\.12 \|")
+        self.assertIn("Spread: every sample of 2 round(s)", self.md)
+        # single's 4096-token samples over both rounds: 1900 to 2450, median of the six.
+        self.assertIn("| prefill_tps_4096 | 2050.0 (1900.0–2450.0) |", self.md)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
