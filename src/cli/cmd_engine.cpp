@@ -200,6 +200,9 @@ void register_engine(CLI::App& app) {
   cmd->add_flag("--no-overlap", f.no_overlap,
                 "Wait for every device at the end of each micro-batch, so that no two micro-batches' device work overlaps "
                 "(for measuring what the overlap gains or costs)");
+  cmd->add_flag("--no-warm-up", [](int64_t) { f.serve.scheduler.warm_up = false; },
+                "--socket: take the first request without a warm-up (default: a throwaway prompt step and decode step "
+                "before ready, so that the first request does not pay the devices' start-up)");
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine (GGML_CUDA_DISABLE_GRAPHS=1)");
   cmd->add_flag("--json", f.json, "--prompt: print the result as JSON (text, tokens, timings)");
   cmd->add_flag("-v,--verbose", f.verbose, "Show libllama's log (-v warnings, -vv everything)");

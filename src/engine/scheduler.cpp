@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "common/cpu_cores.h"
+#include "common/log.h"
 #include "common.h"
 #include "engine/llama_log.h"
 #include "engine/request.h"
@@ -24,6 +26,43 @@ void fail_job(Job& job, const Status& error) {
   e.code = error.code();
   e.message = error.message();
   job.on_event(e);
+}
+
+// One prompt step of up to 32 tokens (past the 8 rows below which CUDA's quantized matrix kernels
+// take another path) and one single-token step, on sequence 0, then nothing of them left in the
+// cache. The tokens' content does not matter: every kernel a request will use gets loaded.
+Status warm_up(llama_context* ctx, const llama_model* model, int batch_size, int context) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int n = std::max(1, std::min({32, batch_size, context - 1}));
+  llama_token token = llama_vocab_bos(llama_model_get_vocab(model));
+  if (token == LLAMA_TOKEN_NULL) token = 0;
+  llama_batch batch = llama_batch_init(n, 0, 1);
+  Status status;
+  for (int step = 0; step < 2 && status.is_ok(); ++step) {
+    const int count = step == 0 ? n : 1;
+    batch.n_tokens = count;
+    for (int i = 0; i < count; ++i) {
+      batch.token[i] = token;
+      batch.pos[i] = step == 0 ? i : n;
+      batch.n_seq_id[i] = 1;
+      batch.seq_id[i][0] = 0;
+      batch.logits[i] = i == count - 1;
+    }
+    if (const int rc = llama_decode(ctx, batch); rc != 0) {
+      const std::string reason = take_last_llama_error();
+      status = Status::internal("the warm-up's " + std::string(step == 0 ? "prompt" : "decode") + " step failed: llama_decode returned " +
+                                std::to_string(rc) + (reason.empty() ? "" : ": " + reason));
+    }
+  }
+  llama_batch_free(batch);
+  llama_memory_clear(llama_get_memory(ctx), true);
+  if (status.is_ok()) {
+    char line[160];
+    std::snprintf(line, sizeof line, "warm-up: a %d-token prompt step and a decode step in %.0f ms (not paid by the first request)", n,
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    log::info("engine", line);
+  }
+  return status;
 }
 
 }  // namespace
@@ -62,6 +101,12 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
   // llama.cpp clamps the batch to the context; a fuller decode would hit its assert.
   actual.batch = std::min<int>(o.batch, static_cast<int>(llama_n_batch(ctx)));
   if (actual.batch < actual.parallel) actual.batch = actual.parallel;
+  if (o.warm_up) {
+    if (Status st = warm_up(ctx, model, actual.batch, actual.context); !st.is_ok()) {
+      llama_free(ctx);
+      return st;
+    }
+  }
   return std::unique_ptr<Scheduler>(new Scheduler(model, ctx, actual, std::move(chat.value())));
 }
 

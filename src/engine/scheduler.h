@@ -41,6 +41,10 @@ struct SchedulerOptions {
   // docs/engine-protocol.md (exactness) for why a value below 64 makes results independent of
   // what else shares the batch on the CPU backend.
   int max_prompt_chunk = 0;
+  // Before the first request: one prompt step and one decode step of a throwaway sequence, then
+  // the KV cache cleared, so that the first request does not pay the devices' start-up (CUDA
+  // loading its kernels, a worker's first graph).
+  bool warm_up = true;
 };
 
 struct SchedulerStats {
@@ -52,8 +56,9 @@ struct SchedulerStats {
 class Scheduler {
  public:
   // Creates the context on `model` (borrowed: it must outlive the scheduler) with flash
-  // attention and per-sequence KV streams, and starts the decode thread. No warm-up decode.
-  // Fails with resource_exhausted, naming what was attempted, when the context does not fit.
+  // attention and per-sequence KV streams, warms it up (SchedulerOptions::warm_up), and starts the
+  // decode thread. Fails with resource_exhausted, naming what was attempted, when the context does
+  // not fit, and with the reason when the warm-up's decode fails (a worker lost, say).
   static Result<std::unique_ptr<Scheduler>> create(llama_model* model, const SchedulerOptions& options);
   ~Scheduler();  // stops the thread; requests still running or waiting get an unavailable error
 

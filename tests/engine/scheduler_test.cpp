@@ -46,10 +46,11 @@ class SchedulerTest : public ::testing::Test {
     delete model_path_;
   }
 
-  static std::unique_ptr<Scheduler> make(int parallel, int context = 256) {
+  static std::unique_ptr<Scheduler> make(int parallel, int context = 256, bool warm_up = true) {
     SchedulerOptions o;
     o.parallel = parallel;
     o.context = context;
+    o.warm_up = warm_up;
     o.threads = 1;  // the test machine's two cores are shared: spinning thread pools would crawl
     o.max_prompt_chunk = 32;  // below flash attention's 64-row tile: see docs/engine-protocol.md
     auto s = Scheduler::create(model_, o);
@@ -94,6 +95,25 @@ TEST_F(SchedulerTest, GreedyDecodingIsDeterministic) {
   EXPECT_GT(a.usage.prompt_tokens, 3);
   // The second run reuses the first one's prompt from the slot's cache.
   EXPECT_EQ(b.usage.cached_tokens, b.usage.prompt_tokens - 1);
+}
+
+TEST_F(SchedulerTest, TheWarmUpLeavesNothingInTheCacheOrTheTokens) {
+  ::testing::internal::CaptureStderr();
+  auto warm = make(2, 256, true);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("warm-up: a 32-token prompt step and a decode step in"), std::string::npos) << log;
+  auto cold = make(2, 256, false);
+  // A prompt that starts as the warm-up's did (the BOS token, which the tokenizer adds): no prefix
+  // of it may be found in a slot, and the tokens must be those of a scheduler that never warmed up.
+  const json body = greedy("Two boxes, one cable", 16);
+  EngineEvent a = run(*warm, "a", RequestKind::completion, body);
+  EngineEvent b = run(*cold, "b", RequestKind::completion, body);
+  ASSERT_EQ(a.type, EngineEvent::Type::done) << a.message;
+  ASSERT_EQ(b.type, EngineEvent::Type::done) << b.message;
+  EXPECT_EQ(a.usage.cached_tokens, 0);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.usage.prompt_tokens, b.usage.prompt_tokens);
+  EXPECT_EQ(warm->stats().tokens_generated, 16u);  // the warm-up's steps are not counted
 }
 
 TEST_F(SchedulerTest, EightConcurrentRequestsGetTheTokensTheyGetAlone) {
