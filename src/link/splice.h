@@ -16,4 +16,15 @@ namespace tandem::link {
 // is the heartbeat's job (forwarder.h) and TCP keepalive's on the worker (socket.h).
 void splice(int a, int b, std::atomic<uint64_t>* a_to_b, std::atomic<uint64_t>* b_to_a);
 
+// How relay() moves bytes: through the kernel (splice(2) over a pipe, with no copy into this
+// process and back) or through a buffer here. The kernel path falls back to the buffer by itself
+// where a socket does not support splice(2).
+enum class RelayPath { kernel, buffer };
+
+// Moves bytes from socket `from` to socket `to` until `from` ends, either side fails, or `limit`
+// bytes have been moved; never reads past `limit`. Blocking sockets only. Adds the bytes written
+// to `counter` (may be null) as it goes. Returns the bytes moved: fewer than `limit` means a side
+// ended or failed. Shuts neither socket down.
+uint64_t relay(int from, int to, uint64_t limit, std::atomic<uint64_t>* counter, RelayPath path = RelayPath::kernel);
+
 }  // namespace tandem::link

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "common/cached_tensor.h"
 #include "common/input_reuse.h"
 #include "common/units.h"
+#include "link/splice.h"
 
 namespace tandem::worker {
 namespace {
@@ -25,6 +27,8 @@ constexpr uint8_t kCmdGraphRecompute = 16;
 constexpr size_t kMarkerTail = 1 + 8 + kCachedMarkerSize;
 constexpr uint64_t kSmallFrame = 4096;
 constexpr size_t kBuffer = 1 << 20;
+// Payload left of a frame from which on it is relayed without passing through this process.
+constexpr uint64_t kRelayMin = 64 * 1024;
 
 bool send_all(int fd, const uint8_t* p, size_t n) {
   while (n > 0) {
@@ -116,6 +120,12 @@ class Session {
     std::vector<uint8_t> small;    // a small SET_TENSOR frame being collected
     uint64_t small_want = 0;
     for (;;) {
+      // The rest of a large frame (a weight, a batch's hidden state) goes through the kernel.
+      if (pass >= kRelayMin) {
+        if (link::relay(head_, server_, pass, o_.from_head) < pass) return cut();
+        pass = 0;
+        continue;
+      }
       const ssize_t r = ::recv(head_, buf.data(), buf.size(), 0);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) break;
@@ -156,14 +166,7 @@ class Session {
   }
 
   void server_to_head() {
-    std::vector<uint8_t> buf(kBuffer);
-    for (;;) {
-      const ssize_t r = ::recv(server_, buf.data(), buf.size(), 0);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      if (!send_all(head_, buf.data(), static_cast<size_t>(r))) break;
-      if (o_.to_head != nullptr) o_.to_head->fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
-    }
+    link::relay(server_, head_, std::numeric_limits<uint64_t>::max(), o_.to_head);
     cut();
   }
 
