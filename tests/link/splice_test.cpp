@@ -35,18 +35,6 @@ void put(int fd, const Bytes& b) {
   }
 }
 
-Bytes take(int fd, size_t n) {
-  Bytes b(n);
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::recv(fd, b.data() + got, n - got, 0);
-    if (r <= 0) break;
-    got += static_cast<size_t>(r);
-  }
-  b.resize(got);
-  return b;
-}
-
 // A connected pair of TCP sockets on loopback, as the forwarder and the worker have.
 struct TcpPair {
   Fd a, b;

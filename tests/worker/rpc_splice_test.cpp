@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/cached_tensor.h"
+#include "link/socket_pair.h"
 #include "test_util.h"
 
 namespace tandem::worker {
@@ -20,6 +21,7 @@ namespace {
 
 using namespace tandem::testing;
 using Bytes = std::vector<uint8_t>;
+using link::take;
 
 constexpr size_t kTensor = 304;  // sizeof(rpc_tensor) in the pinned ggml; any size works here
 
@@ -44,18 +46,6 @@ Bytes answer(const Bytes& payload) {
 }
 
 void put(int fd, const Bytes& b) { ASSERT_EQ(::send(fd, b.data(), b.size(), MSG_NOSIGNAL), static_cast<ssize_t>(b.size())); }
-
-Bytes take(int fd, size_t n) {
-  Bytes b(n);
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::recv(fd, b.data() + got, n - got, 0);
-    if (r <= 0) break;
-    got += static_cast<size_t>(r);
-  }
-  b.resize(got);
-  return b;
-}
 
 // True when nothing (more) is readable within `ms`.
 bool quiet(int fd, int ms) {
