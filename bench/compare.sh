@@ -15,7 +15,8 @@
 # the device, for the physical limit; default 4.8e12, an H200), TANDEM_SERVE_ARGS (extra `tandem
 # serve` flags), SKIP_COLD (skip the cold load; the worker's cache is then seeded from empty),
 # SPLIT_THREADS (CPU threads of each side of a split; default half the cores), CONFIGS (which
-# configurations, default all four), LOAD_ONLY (start each configuration and print its load time,
+# configurations, default all four; `tandem-single`, tandem serve with every layer on this
+# machine, may be added), LOAD_ONLY (start each configuration and print its load time,
 # no measurement and no results folder: for working on the load).
 # tandem-split's worker keeps a weight cache: round 1 first starts it with the cache empty
 # ("tandem-cold": load time and link bytes only), then seeds it (`tandem worker seed`), and every
@@ -87,6 +88,9 @@ start_config() {  # name; sets url, load_s
       sleep 1
       env "${env[@]}" "$llama_bin/llama-server" -m "$model" "${stock_split[@]}" "${llama_common[@]}" --port "$port" \
         -t "$threads" --rpc 127.0.0.1:$rport >"$work/$name.log" 2>&1 & pids+=($!) ;;
+    tandem-single)  # every layer on this machine: what the split costs inside tandem's own engine
+      "$tandem" serve -m "$model" --keys-db "$work/keys.db" --listen 127.0.0.1:$port --context "$context" --parallel 4 \
+        --model-id bench ${TANDEM_SERVE_ARGS:-} >"$work/$name.log" 2>&1 & pids+=($!) ;;
     tandem-split|tandem-cold)
       [ "$name" = tandem-cold ] && rm -rf "$work/worker-cache"
       "$tandem" worker --listen 127.0.0.1:$rport --secret-file "$work/cluster.key" --name worker \

@@ -14,11 +14,20 @@ import sys
 FIGURES = [("decode_tps", "decode_tps"), ("prefill_tps", "prefill_tps_512"), ("ttft_ms", "ttft_ms"),
            ("aggregate_tps", "aggregate_tps")]
 CONFIGS = ["single", "stock-split", "stock-split-graphs", "tandem-split"]
+# Optional: tandem serve with every layer on the head, for the split's cost inside tandem's engine.
+EXTRA_CONFIGS = ["tandem-single"]
+
+
+def columns(configs_present):
+    """The table's configurations: the four always, an extra one when it was measured."""
+    return CONFIGS + [c for c in EXTRA_CONFIGS if c in configs_present]
 
 
 def write_svg(figures, names, out):
     """One bar group per figure: each configuration relative to single."""
-    colors = {"single": "#888", "stock-split": "#d95f02", "stock-split-graphs": "#e6ab02", "tandem-split": "#1b9e77"}
+    colors = {"single": "#888", "stock-split": "#d95f02", "stock-split-graphs": "#e6ab02", "tandem-split": "#1b9e77",
+              "tandem-single": "#7570b3"}
+    configs = columns(figures)
     w, h, bar = 200 + 170 * len(names), 320, 28
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
            '<text x="10" y="18">relative to single (higher is better; ttft: lower is better)</text>']
@@ -26,7 +35,7 @@ def write_svg(figures, names, out):
         base = figures.get("single", {}).get(n)
         x0 = 40 + gi * 170
         svg.append(f'<text x="{x0}" y="{h - 8}">{n}</text>')
-        for ci, c in enumerate(CONFIGS):
+        for ci, c in enumerate(configs):
             v = figures.get(c, {}).get(n)
             if not base or v is None:
                 continue
@@ -35,7 +44,7 @@ def write_svg(figures, names, out):
             x = x0 + ci * (bar + 4)
             svg.append(f'<rect x="{x}" y="{h - 30 - bh:.0f}" width="{bar}" height="{bh:.0f}" fill="{colors[c]}"/>')
             svg.append(f'<text x="{x}" y="{h - 34 - bh:.0f}" font-size="10">{rel:.2f}</text>')
-    for ci, c in enumerate(CONFIGS):
+    for ci, c in enumerate(configs):
         svg.append(f'<rect x="{w - 170}" y="{30 + ci * 16}" width="10" height="10" fill="{colors[c]}"/>'
                    f'<text x="{w - 155}" y="{39 + ci * 16}">{c}</text>')
     svg.append("</svg>")
@@ -57,12 +66,13 @@ def spread_table(runs, names):
     """Markdown lines: each configuration's figures as the median of every sample of every round,
     with the lowest and highest sample, so a ratio can be read against the noise."""
     rounds = max((r["round"] for r in runs if "bench" in r), default=0)
+    configs = columns({r["config"] for r in runs})
     md = ["", f"Spread: every sample of {rounds} round(s), median (lowest–highest).", "",
-          "| figure | " + " | ".join(CONFIGS) + " |", "|---|" + "---|" * len(CONFIGS)]
+          "| figure | " + " | ".join(configs) + " |", "|---|" + "---|" * len(configs)]
     keys = dict(FIGURES)
     for n in names:
         cells = []
-        for c in CONFIGS:
+        for c in configs:
             samples = [x for r in runs if r["config"] == c and "bench" in r
                        for x in r["bench"]["figures"].get(keys.get(n, n), {}).get("samples", [])]
             cells.append(f"{statistics.median(samples):.1f} ({min(samples):.1f}–{max(samples):.1f})" if samples else "-")
@@ -79,7 +89,7 @@ def main():
     runs = [json.loads(line) for line in open(runs_path) if line.strip()]
     model = json.load(open(model_path))
     figures, load_s = {}, {}
-    for config in CONFIGS:
+    for config in CONFIGS + EXTRA_CONFIGS:
         mine = [r for r in runs if r["config"] == config]
         if not mine:
             continue
@@ -112,23 +122,29 @@ def main():
         "ratios": {n: ratio("tandem-split", "stock-split", n) for n in names},
         "ratios_best_stock": {n: ratio("tandem-split", "stock-split-graphs", n) for n in names},
         "vs_single": {n: ratio("tandem-split", "single", n) for n in names},
+        # The split against tandem's own engine in one process, where that was measured.
+        "vs_tandem_single": {n: ratio("tandem-split", "tandem-single", n) for n in names} if "tandem-single" in figures else None,
         "physical_limit_tps": bandwidth / active,
         "physical_limit_fraction": figures.get("single", {}).get("decode_tps", 0) / (bandwidth / active),
         "load_s": {"single": load_s.get("single"), "stock": load_s.get("stock-split"),
-                   "cold": med(cold, "load_s"), "seeded": med(seeded, "load_s")},
+                   "cold": med(cold, "load_s"), "seeded": med(seeded, "load_s"),
+                   **({"tandem_single": load_s["tandem-single"]} if "tandem-single" in load_s else {})},
         "link_bytes": {"load_cold": med(cold, "link_bytes"), "load_seeded": med(seeded, "link_bytes")},
         "runs": runs,
     }
     os.makedirs(out, exist_ok=True)
     json.dump(result, open(os.path.join(out, "results.json"), "w"), indent=2)
 
+    configs = columns(figures)
+    extra = "tandem-single" in figures
     md = ["# Side-by-side comparison", "", f"commit `{commit}`, machine `{machine}`, model `{result['model']}`, "
           f"{active / 1e9:.3f} GB read per generated token", "",
-          "| figure | " + " | ".join(CONFIGS) + " | tandem ÷ stock | tandem ÷ best stock | tandem ÷ single |",
-          "|---|" + "---|" * (len(CONFIGS) + 3)]
+          "| figure | " + " | ".join(configs) + " | tandem ÷ stock | tandem ÷ best stock | tandem ÷ single |" +
+          (" tandem ÷ tandem-single |" if extra else ""),
+          "|---|" + "---|" * (len(configs) + 3 + (1 if extra else 0))]
     for n in names:
-        cells = [f"{figures[c][n]:.1f}" if c in figures and n in figures[c] else "-" for c in CONFIGS]
-        rs = [result[k][n] for k in ("ratios", "ratios_best_stock", "vs_single")]
+        cells = [f"{figures[c][n]:.1f}" if c in figures and n in figures[c] else "-" for c in configs]
+        rs = [result[k][n] for k in ("ratios", "ratios_best_stock", "vs_single") + (("vs_tandem_single",) if extra else ())]
         md.append(f"| {n} | " + " | ".join(cells) + " | " + " | ".join(f"{r:.2f}" if r else "-" for r in rs) + " |")
     md += spread_table(runs, names)
     md += ["", "load (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result["load_s"].items() if v is not None)]

@@ -25,8 +25,9 @@ def run(config, rnd, decode, p512, p4096, load_s=5.0, link_bytes=0):
 class Report(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
-        d = self.dir.name
-        runs = [
+        self.results, self.md = self.report(self.RUNS)
+
+    RUNS = [
             {"config": "tandem-cold", "round": 1, "load_s": 60.0, "link_bytes": 16_000_000_000},
             run("single", 1, [50.0, 56.0, 58.0], [1800.0, 1900.0, 2000.0], [2000.0, 2100.0, 2450.0], 5.0),
             run("stock-split", 1, [40.0, 41.0, 42.0], [1300.0, 1310.0, 1320.0], [1000.0, 1080.0, 1100.0], 48.0),
@@ -34,17 +35,19 @@ class Report(unittest.TestCase):
             run("single", 2, [55.0, 57.0, 57.5], [1850.0, 1950.0, 1960.0], [1900.0, 2000.0, 2400.0], 6.0),
             run("stock-split", 2, [39.0, 40.0, 41.0], [1250.0, 1300.0, 1350.0], [1050.0, 1070.0, 1200.0], 50.0),
             run("tandem-split", 2, [55.0, 56.0, 56.5], [2000.0, 2030.0, 2050.0], [2210.0, 2310.0, 2340.0], 5.8, 15_000_000),
-        ]
+    ]
+
+    def report(self, runs):
+        d = tempfile.mkdtemp(dir=self.dir.name)
         with open(os.path.join(d, "runs.jsonl"), "w") as f:
             f.write("\n".join(json.dumps(r) for r in runs) + "\n")
         with open(os.path.join(d, "model.json"), "w") as f:
             json.dump({"active_bytes_per_token": 13_918_301_952, "files": ["/models/m3-proxy.gguf"]}, f)
         subprocess.run([sys.executable, REPORT, os.path.join(d, "runs.jsonl"), os.path.join(d, "model.json"),
                         os.path.join(d, "out"), "abc1234", "h200"], check=True, stdout=subprocess.DEVNULL)
-        with open(os.path.join(d, "out", "results.json")) as f:
-            self.results = json.load(f)
-        with open(os.path.join(d, "out", "results.md")) as f:
-            self.md = f.read()
+        self.svg = os.path.join(d, "out", "results.svg")
+        with open(os.path.join(d, "out", "results.json")) as f, open(os.path.join(d, "out", "results.md")) as g:
+            return json.load(f), g.read()
 
     def tearDown(self):
         self.dir.cleanup()
@@ -54,7 +57,9 @@ class Report(unittest.TestCase):
         self.assertEqual((r["commit"], r["machine"], r["model"]), ("abc1234", "h200", "m3-proxy.gguf"))
         self.assertEqual(r["active_bytes_per_token"], 13_918_301_952)
         self.assertAlmostEqual(r["physical_limit_tps"], 4.8e12 / 13_918_301_952)
-        self.assertTrue(os.path.exists(os.path.join(self.dir.name, "out", "results.svg")))
+        self.assertIsNone(r["vs_tandem_single"])  # not measured in these runs
+        with open(self.svg) as f:
+            self.assertIn("tandem-split", f.read())
 
     def test_figures_are_the_median_over_rounds_of_each_rounds_median(self):
         f = self.results["figures"]
@@ -83,6 +88,16 @@ class Report(unittest.TestCase):
         self.assertIn("Spread: every sample of 2 round(s)", self.md)
         # single's 4096-token samples over both rounds: 1900 to 2450, median of the six.
         self.assertIn("| prefill_tps_4096 | 2050.0 (1900.0–2450.0) |", self.md)
+
+    def test_tandem_in_one_process_gets_a_column_and_its_ratios_when_measured(self):
+        runs = self.RUNS + [run("tandem-single", 1, [62.0, 63.0, 64.0], [2300.0, 2400.0, 2500.0], [2500.0, 2600.0, 2700.0])]
+        results, md = self.report(runs)
+        self.assertAlmostEqual(results["vs_tandem_single"]["decode_tps"], 56.75 / 63.0)
+        self.assertAlmostEqual(results["vs_tandem_single"]["prefill_tps_4096"], 2305.0 / 2600.0)
+        self.assertIn("| tandem-split | tandem-single | tandem ÷ stock | tandem ÷ best stock | tandem ÷ single | tandem ÷ tandem-single |", md)
+        self.assertIn("| prefill_tps_4096 | 2050.0 | 1075.0 | - | 2305.0 | 2600.0 | 2.14 | - | 1.12 | 0.89 |", md)
+        self.assertEqual(results["load_s"]["tandem_single"], 5.0)
+        self.assertNotIn("tandem-single", self.md)
 
 
 if __name__ == "__main__":
