@@ -16,7 +16,7 @@ gpu_tests() {
   bin=$(dirname "$(sed -n 's/^#define TANDEM_LLAMA_SERVER_EXE "\(.*\)"/\1/p' "$build/generated/common/build_info.h")")
   local -A sources=(
     [input_writes_test]="tests/worker/input_writes_test.cpp src/worker/input_writes.cpp src/common/tensor_set_hook.cpp src/common/status.cpp src/common/log.cpp src/common/units.cpp"
-    [local_inputs_test]="tests/engine/local_inputs_test.cpp src/engine/local_inputs.cpp src/engine/sched_hooks.cpp src/engine/ggml_devices.cpp src/engine/rpc_writes.cpp src/common/tensor_set_hook.cpp"
+    [local_inputs_test]="tests/engine/local_inputs_test.cpp src/engine/local_inputs.cpp src/engine/sched_hooks.cpp src/engine/local_casts.cpp src/engine/ggml_devices.cpp src/engine/rpc_writes.cpp src/common/tensor_set_hook.cpp"
   )
   for name in input_writes_test local_inputs_test; do
     # shellcheck disable=SC2086 # word splitting of the source lists is intended
@@ -78,6 +78,8 @@ try:
                   f"{j['worker_result_bytes_not_read'] / 2**20:.0f} MiB not read")
     if j.get("run_inputs"):
         reuse += f"  runs: {j['run_inputs']} inputs, {j['run_bytes_not_sent'] / 2**20:.0f} MiB not sent"
+    if j.get("local_casts"):
+        reuse += f"  casts made here: {j['local_casts']}, {j['local_cast_bytes'] / 2**20:.0f} MiB not read"
     if j.get("relayed_results"):
         reuse += f"  relayed: {j['relayed_results']} repeated, {j['relayed_bytes_not_read'] / 2**20:.0f} MiB not read"
     print(f"{label:44s} {j['decode_tps']:6.1f} tok/s decode {1000 / j['decode_tps']:6.2f} ms/token "

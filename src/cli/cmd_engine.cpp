@@ -13,6 +13,7 @@
 #include "common/strings.h"
 #include "engine/generate.h"
 #include "engine/llama_log.h"
+#include "engine/local_casts.h"
 #include "engine/local_inputs.h"
 #include "engine/rpc_writes.h"
 #include "engine/sched_hooks.h"
@@ -109,6 +110,8 @@ void run_one_shot(EngineFlags& f) {
                         {"worker_result_bytes_not_read", engine::LocalInputCopies::result_bytes_not_read()},
                         {"relayed_results", engine::AsyncRpcWrites::relayed_results()},
                         {"relayed_bytes_not_read", engine::AsyncRpcWrites::relayed_bytes_not_read()},
+                        {"local_casts", engine::local_casts()},
+                        {"local_cast_bytes", engine::local_cast_bytes()},
                         {"run_inputs", engine::AsyncRpcWrites::run_inputs()},
                         {"run_bytes_not_sent", engine::AsyncRpcWrites::run_bytes_not_sent()},
                         {"prefill_profile", profile_json(r->prefill_profile)},
@@ -178,6 +181,10 @@ void register_engine(CLI::App& app) {
   cmd->add_flag("--no-input-runs", f.no_input_runs,
                 "Send a step's inputs to tandem workers whole even when they are mostly runs of one value (default: as runs, "
                 "a prompt chunk's masks a few KiB instead of MiB; for measuring the difference)");
+  cmd->add_flag("--no-local-casts", [](int64_t) { engine::set_local_casts(false); },
+                "Read a worker's f32 cast of a step input over the link (default: the head makes it from its own copy of the "
+                "input, e.g. MiniMax-M3's f32 attention mask, up to 8 MB a prompt chunk at 4096 positions; for measuring the "
+                "difference)");
   cmd->add_option("--rpc-in-process", f.rpc_in_process,
                   "--prompt: start ggml's RPC server inside this process on HOST:PORT, serving the local GPUs (name it in "
                   "--rpc too): a split with both halves in one process and one CUDA context, for measurement");

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "common/step_trace.h"
+#include "engine/local_casts.h"
 #include "engine/local_inputs.h"
 #include "engine/rpc_writes.h"
 #include "engine/ggml_devices.h"
@@ -122,11 +123,19 @@ void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor*
   static Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_tensor_copy"));
   using namespace tandem::engine;
   const bool src_host = src->buffer != nullptr && ggml_backend_buffer_is_host(src->buffer);
-  std::atomic<uint64_t>& bucket = in_rpc_buffer(dst) ? g_to_workers_ns : in_rpc_buffer(src) ? g_from_workers_ns : g_to_local_ns;
+  std::atomic<uint64_t>* bucket = in_rpc_buffer(dst) ? &g_to_workers_ns : in_rpc_buffer(src) ? &g_from_workers_ns : &g_to_local_ns;
   const uint64_t epoch = g_epoch.load(std::memory_order_acquire);
   const uint64_t t0 = now_ns();
   bool deferred = false;
-  if (t_in_run && in_rpc_buffer(src) && !in_rpc_buffer(dst) && defer_worker_result(src, dst)) {
+  ggml_tensor made;
+  tandem::ReuseTable::Identity made_id;
+  if (t_in_run && in_rpc_buffer(src) && make_worker_result_here(src, epoch, &made, &made_id)) {
+    // made here from the head's own input (local_casts.h): nothing read from the worker
+    bucket = in_rpc_buffer(dst) ? &g_to_workers_ns : &g_to_local_ns;
+    if (!(in_rpc_buffer(dst) ? redirect_rpc_input(&made, dst, &made_id) : copy_local_input(&made, dst, &made_id))) {
+      ggml_backend_tensor_set(dst, made.data, 0, ggml_nbytes(&made));
+    }
+  } else if (t_in_run && in_rpc_buffer(src) && !in_rpc_buffer(dst) && defer_worker_result(src, dst)) {
     deferred = true;  // read at the split's launch; the time is counted and traced there (deferred_result_s)
   } else if (t_in_run && in_rpc_buffer(src) && in_rpc_buffer(dst) && relay_rpc_result(src, dst, epoch)) {
     // read once per run, sent on as an input (rpc_writes.h)
@@ -136,6 +145,7 @@ void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor*
     const ggml_tensor* base = src->view_src != nullptr ? src->view_src : src;
     const tandem::ReuseTable::Identity id{base, src->view_src != nullptr ? src->view_offs : 0, src->data, epoch};
     const tandem::ReuseTable::Identity* known = epoch != 0 ? &id : nullptr;
+    if (t_in_run && in_rpc_buffer(dst)) note_worker_input(src, dst, epoch);
     if (t_in_run && in_rpc_buffer(dst) && redirect_rpc_input(src, dst, known)) {
       // the worker reads it from the head's slot: nothing written into dst (rpc_writes.h)
     } else if (!t_in_run || !copy_local_input(src, dst, known)) {
@@ -145,9 +155,9 @@ void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor*
     }
   }
   const uint64_t t1 = now_ns();
-  bucket.fetch_add(t1 - t0, std::memory_order_relaxed);
-  if (&bucket != &g_to_local_ns && !deferred) {
-    tandem::step_trace(&bucket == &g_from_workers_ns ? "from-workers" : "to-workers", t0, t1, ggml_nbytes(src));
+  bucket->fetch_add(t1 - t0, std::memory_order_relaxed);
+  if (bucket != &g_to_local_ns && !deferred) {
+    tandem::step_trace(bucket == &g_from_workers_ns ? "from-workers" : "to-workers", t0, t1, ggml_nbytes(src));
   }
 }
 

@@ -30,7 +30,8 @@ struct ServeOptions {
 // measure what it saves); the others serve sets itself.
 inline const std::vector<std::string> kEngineFlags = {"--no-worker-input-slots", "--no-local-input-slots", "--sync-rpc-writes",
                                                       "--sync-local-inputs", "--no-input-reuse", "--no-cpu-repack",
-                                                      "--no-pipeline", "--no-overlap", "--no-input-runs", "--no-warm-up"};
+                                                      "--no-pipeline", "--no-overlap", "--no-input-runs", "--no-warm-up",
+                                                      "--no-local-casts"};
 // kEngineFlags as "a, b, c".
 std::string engine_flags_list();
 // OK when every flag of `flags` is one of kEngineFlags; otherwise names it and lists those.

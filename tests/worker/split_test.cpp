@@ -10,12 +10,14 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <thread>
 #include <nlohmann/json.hpp>
 
 #include "common/build_info.h"
 #include "engine/generate.h"
+#include "engine/local_casts.h"
 #include "engine/rpc_writes.h"
 #include "link/forwarder.h"
 #include "synth/presets.h"
@@ -252,32 +254,77 @@ TEST_F(Split, MasksGoToATandemWorkerAsRunsAndTheTokensStayTheSame) {
   EXPECT_EQ(expanded[1], 0u);
 }
 
-// A mask the first worker made (MiniMax-M3's first sparse layer casts it once) and the second
-// worker's layers each read through a view: the head reads it from the first worker once per step
-// and passes it on (rpc_writes.h, relay_rpc_result); the tokens stay those of one process.
+// Two workers behind forwarders: the first holds the tiny model's first sparse layer (where
+// MiniMax-M3 casts the step's mask to f32 once), the second the two after it, the head the dense
+// layer.
+struct MaskOnTheFirst {
+  link::Secret secret;
+  WorkerProcess w1, w2;
+  std::unique_ptr<link::Forwarder> f1, f2;
+  MaskOnTheFirst(const ScratchDir& dir)
+      : secret(make_secret(dir.file("cluster.key"))), w1(dir, "box-b", dir.file("cluster.key")), w2(dir, "box-c", dir.file("cluster.key")) {}
+  // The split of `base` through both; nullopt when a worker did not come up.
+  std::optional<GenerateOptions> split(const GenerateOptions& base) {
+    if (!w1.up() || !w2.up()) return std::nullopt;
+    f1 = forward_to(w1, secret);
+    f2 = forward_to(w2, secret);
+    GenerateOptions o = base;
+    o.placement.rpc_servers = {local(*f1), local(*f2)};
+    o.placement.tandem_workers = {local(*f1), local(*f2)};
+    o.placement.cpu_layers = 1;
+    o.placement.device_layers = {1, 2};
+    return o;
+  }
+};
+
+// A mask the first worker made and the second worker's layers each read through a view: the head
+// reads it from the first worker once per step and passes it on (rpc_writes.h, relay_rpc_result)
+// when it is not to make it itself; the tokens stay those of one process.
 TEST_F(Split, AResultOneWorkerMadeIsReadOncePerStepForTheNext) {
   const GenerateOptions longer = long_prompt_options(model_, 6);
   auto alone = generate(longer);
   ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
-
-  const link::Secret secret = make_secret(dir_.file("cluster.key"));
-  WorkerProcess w1(dir_, "box-b", dir_.file("cluster.key"));
-  WorkerProcess w2(dir_, "box-c", dir_.file("cluster.key"));
-  ASSERT_TRUE(w1.up() && w2.up()) << w1.log() << w2.log();
-  auto f1 = forward_to(w1, secret);
-  auto f2 = forward_to(w2, secret);
-  GenerateOptions split = longer;
-  split.placement.rpc_servers = {local(*f1), local(*f2)};
-  split.placement.tandem_workers = {local(*f1), local(*f2)};
-  split.placement.cpu_layers = 1;            // the dense layer
-  split.placement.device_layers = {1, 2};    // the first sparse layer, then two more
+  MaskOnTheFirst two(dir_);
+  auto split = two.split(longer);
+  ASSERT_TRUE(split) << two.w1.log() << two.w2.log();
+  set_local_casts(false);  // the mask's f32 cast is read from the first worker, not made on the head
   const uint64_t relayed = AsyncRpcWrites::relayed_results(), not_read = AsyncRpcWrites::relayed_bytes_not_read();
-  auto through = generate(split);
-  ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w1.log() << w2.log();
+  auto through = generate(*split);
+  set_local_casts(true);
+  ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << two.w1.log() << two.w2.log();
   EXPECT_EQ(through->tokens, alone->tokens);
   // Per prompt chunk the second worker's two layers each copy the mask: one read, one repeat.
   EXPECT_GE(AsyncRpcWrites::relayed_results() - relayed, 2u);
   EXPECT_GE(AsyncRpcWrites::relayed_bytes_not_read() - not_read, 1u << 20);  // the first chunk's 512 × 512 × 4
+}
+
+// The same placement with the head making that f32 cast from its own f16 mask (local_casts.h):
+// the same tokens, nothing relayed, and the first worker's answers shrink by at least the first
+// chunk's cast (512 × 512 × 4 bytes).
+TEST_F(Split, AMaskCastOneWorkerMadeIsMadeOnTheHeadForTheNext) {
+  const GenerateOptions longer = long_prompt_options(model_, 6);
+  auto alone = generate(longer);
+  ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+  MaskOnTheFirst two(dir_);
+  auto split = two.split(longer);
+  ASSERT_TRUE(split) << two.w1.log() << two.w2.log();
+  uint64_t from_first[2] = {0, 0};
+  for (bool casts : {false, true}) {
+    set_local_casts(casts);
+    const uint64_t before = two.f1->stats().bytes_from_worker, made = local_casts(), relayed = AsyncRpcWrites::relayed_results();
+    auto through = generate(*split);
+    ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << two.w1.log() << two.w2.log();
+    EXPECT_EQ(through->tokens, alone->tokens) << (casts ? "made on the head" : "read from the worker");
+    from_first[casts] = two.f1->stats().bytes_from_worker - before;
+    if (casts) {
+      EXPECT_GE(local_casts() - made, 2u);  // at least one per prompt chunk
+      EXPECT_EQ(AsyncRpcWrites::relayed_results() - relayed, 0u);
+    } else {
+      EXPECT_EQ(local_casts() - made, 0u);
+    }
+  }
+  set_local_casts(true);
+  EXPECT_LE(from_first[1] + (1u << 20), from_first[0]) << from_first[1] << " against " << from_first[0];
 }
 
 // The worker's RPC child keeps large blocks in its heap while a head loads (worker/rpc_server.cpp:
