@@ -11,6 +11,7 @@
 #   bench/device-compare.sh contexts           bench/device-contexts.sh: the split's cost with one CUDA context or two, ~3 min
 #   bench/device-compare.sh local              bench/device-local.sh: the head's queued GPU input copies and the input slots, ~4.5 min
 #   bench/device-compare.sh prefill            bench/device-prefill.sh: a long prompt's split, pipelined or not, one context or two, ~3 min
+#   bench/device-compare.sh check [FLAG]       bench/device-check.sh: GPU tests and the tiny model's tokens, one process and split, ~1 min
 # Results and logs go to $OUT (the device tool's output folder: for the diagnostic modes, the
 # printed summary and MODE-logs.tar.gz) as well as bench/results/.
 set -euo pipefail
@@ -22,7 +23,7 @@ export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_
 export TANDEM_CACHE=/tmp/tandem-cache
 model=/tmp/m3-proxy.gguf
 export OUT=$out
-case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load|writes|placement|reuse|contexts|local|prefill}" in
+case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load|writes|placement|reuse|contexts|local|prefill|check [FLAG]}" in
   build)
     "$root/scripts/device-build.sh" tandem tandem-engine 2>&1 | tail -5
     ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
@@ -39,7 +40,7 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|l
   load)
     SKIP_COLD=1 LOAD_ONLY=1 CONFIGS="single tandem-split tandem-split" SPLIT_MODE=gpu \
       "$root/bench/compare.sh" "$root/build-cuda" "$model" 1 2>&1 | tee "$out/load.txt" ;;
-  diag|writes|placement|reuse|contexts|local|prefill)
+  diag|writes|placement|reuse|contexts|local|prefill|check)
     # The device tool brings back at most 8 files: the scripts' logs, traces and JSON go into one
     # archive beside the printed summary.
     work=$(mktemp -d)
