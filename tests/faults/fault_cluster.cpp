@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -21,9 +22,25 @@ std::string slurp(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// A run killed before its destructor leaves its namespace, its veth pair and its subnet behind;
+// a later run whose pid maps to the same subnet would route into them ("connection refused").
+// Removes those of runs that are no longer alive.
+void remove_stale_namespaces() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/run/netns", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= 3 || name.compare(0, 3, "tdf") != 0 || name.find_first_not_of("0123456789", 3) != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name.substr(3)));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno == EPERM) continue;
+    sh("ip link del tdh" + name.substr(3));
+    sh("ip netns del " + name);
+  }
+}
+
 }  // namespace
 
 NetnsLink::NetnsLink() {
+  remove_stale_namespaces();
   const int id = ::getpid() % 250 + 1;
   const std::string n = std::to_string(::getpid());
   ns_ = "tdf" + n;
