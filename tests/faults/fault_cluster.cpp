@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 namespace tandem::testing {
 namespace {
@@ -26,14 +27,17 @@ std::string slurp(const std::string& path) {
 // a later run whose pid maps to the same subnet would route into them ("connection refused").
 // Removes those of runs that are no longer alive.
 void remove_stale_namespaces() {
+  std::vector<std::string> stale;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/run/netns", ec)) {
     const std::string name = entry.path().filename().string();
     if (name.size() <= 3 || name.compare(0, 3, "tdf") != 0 || name.find_first_not_of("0123456789", 3) != std::string::npos) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(name.substr(3)));
-    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno == EPERM) continue;
-    sh("ip link del tdh" + name.substr(3));
-    sh("ip netns del " + name);
+    if (pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(name.substr(3));
+  }
+  for (const std::string& pid : stale) {
+    sh("ip link del tdh" + pid);
+    sh("ip netns del tdf" + pid);
   }
 }
 
