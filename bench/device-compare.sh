@@ -43,9 +43,11 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|l
   diag|writes|placement|reuse|contexts|local|prefill|check)
     # The device tool brings back at most 8 files: the scripts' logs, traces and JSON go into one
     # archive beside the printed summary.
-    work=$(mktemp -d)
-    OUT=$work "$root/bench/device-$1.sh" ${2:+"$2"} 2>&1 | tee "$out/$1.txt"
+    # The logs come back also when the script fails: that is when they are needed.
+    work=$(mktemp -d) status=0
+    OUT=$work "$root/bench/device-$1.sh" ${2:+"$2"} 2>&1 | tee "$out/$1.txt" || status=$?
     find "$work" -type f \( -name '*.log' -o -name '*.txt' -o -name '*.json' \) -printf '%P\n' |
       tar czf "$out/$1-logs.tar.gz" -C "$work" -T -
-    rm -rf "$work" ;;
+    rm -rf "$work"
+    exit "$status" ;;
 esac
