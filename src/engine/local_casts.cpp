@@ -16,16 +16,26 @@ std::atomic<bool> g_on{true};
 std::atomic<uint64_t> g_casts{0}, g_cast_bytes{0};
 
 // This run's host inputs by the worker tensor the scheduler copied each into, and the f32
-// conversions made of them. Cleared when a new run begins.
+// conversions made of them. Forgotten when a new run begins; the conversions' buffers are kept
+// for the next runs (a prompt chunk's mask is megabytes: fresh memory each chunk would fault in).
 thread_local uint64_t t_epoch = 0;
 thread_local std::unordered_map<const ggml_tensor*, const ggml_tensor*> t_inputs;
-thread_local std::unordered_map<const ggml_tensor*, std::unique_ptr<std::vector<float>>> t_converted;
+thread_local std::unordered_map<const ggml_tensor*, std::vector<float>*> t_converted;
+thread_local std::vector<std::unique_ptr<std::vector<float>>> t_buffers;
 
 void enter(uint64_t epoch) {
   if (t_epoch == epoch) return;
   t_epoch = epoch;
   t_inputs.clear();
   t_converted.clear();
+}
+
+// A buffer of `n` floats none of this run's conversions holds.
+std::vector<float>* free_buffer(size_t n) {
+  if (t_converted.size() == t_buffers.size()) t_buffers.push_back(std::make_unique<std::vector<float>>());
+  std::vector<float>* b = t_buffers[t_converted.size()].get();
+  b->resize(n);
+  return b;
 }
 
 }  // namespace
@@ -54,11 +64,13 @@ bool make_worker_result_here(const ggml_tensor* src, uint64_t epoch, ggml_tensor
   const ptrdiff_t offset = static_cast<const char*>(src->data) - static_cast<const char*>(cast->data);
   const size_t n = ggml_nbytes(src);
   if (offset < 0 || offset % sizeof(float) != 0 || static_cast<size_t>(offset) + n > ggml_nbytes(cast)) return false;
-  std::unique_ptr<std::vector<float>>& f32 = t_converted[mask];
-  if (f32 == nullptr) {
-    f32 = std::make_unique<std::vector<float>>(static_cast<size_t>(ggml_nelements(mask)));
-    ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t*>(mask->data), f32->data(), ggml_nelements(mask));
+  auto converted = t_converted.find(mask);
+  if (converted == t_converted.end()) {
+    std::vector<float>* b = free_buffer(static_cast<size_t>(ggml_nelements(mask)));
+    ggml_fp16_to_fp32_row(static_cast<const ggml_fp16_t*>(mask->data), b->data(), ggml_nelements(mask));
+    converted = t_converted.emplace(mask, b).first;
   }
+  std::vector<float>* f32 = converted->second;
   *out = *src;
   out->buffer = nullptr;
   out->view_src = nullptr;
@@ -66,7 +78,7 @@ bool make_worker_result_here(const ggml_tensor* src, uint64_t epoch, ggml_tensor
   out->op = GGML_OP_NONE;
   std::memset(out->src, 0, sizeof out->src);
   out->data = reinterpret_cast<char*>(f32->data()) + offset;
-  *id = ReuseTable::Identity{f32.get(), static_cast<size_t>(offset), out->data, epoch};
+  *id = ReuseTable::Identity{f32, static_cast<size_t>(offset), out->data, epoch};
   g_casts.fetch_add(1, std::memory_order_relaxed);
   g_cast_bytes.fetch_add(n, std::memory_order_relaxed);
   return true;
