@@ -14,6 +14,7 @@
 #include "engine/generate.h"
 #include "engine/llama_log.h"
 #include "engine/local_casts.h"
+#include "engine/worker_embedding.h"
 #include "engine/local_inputs.h"
 #include "engine/rpc_writes.h"
 #include "engine/sched_hooks.h"
@@ -36,7 +37,7 @@ struct EngineFlags {
   bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false,
        sync_rpc_writes = false, no_input_reuse = false, sync_local_inputs = false,
        no_worker_input_slots = false, no_local_input_slots = false, no_pipeline = false,
-       no_overlap = false, no_input_runs = false;
+       no_overlap = false, no_input_runs = false, no_worker_embedding = false;
   int verbose = 0;
 };
 
@@ -61,6 +62,7 @@ engine::Placement placement(const EngineFlags& f) {
   }
   p.reuse_inputs = !f.no_input_reuse;
   p.input_runs = !f.no_input_runs;
+  p.embedding_on_worker = !f.no_worker_embedding;
   p.queue_local_inputs = !f.sync_local_inputs;
   p.worker_input_slots = !f.no_worker_input_slots;
   p.local_input_slots = !f.no_local_input_slots;
@@ -110,6 +112,7 @@ void run_one_shot(EngineFlags& f) {
                         {"worker_result_bytes_not_read", engine::LocalInputCopies::result_bytes_not_read()},
                         {"relayed_results", engine::AsyncRpcWrites::relayed_results()},
                         {"relayed_bytes_not_read", engine::AsyncRpcWrites::relayed_bytes_not_read()},
+                        {"worker_embeddings", engine::moved_embeddings()},
                         {"local_casts", engine::local_casts()},
                         {"local_cast_bytes", engine::local_cast_bytes()},
                         {"run_inputs", engine::AsyncRpcWrites::run_inputs()},
@@ -181,6 +184,10 @@ void register_engine(CLI::App& app) {
   cmd->add_flag("--no-input-runs", f.no_input_runs,
                 "Send a step's inputs to tandem workers whole even when they are mostly runs of one value (default: as runs, "
                 "a prompt chunk's masks a few KiB instead of MiB; for measuring the difference)");
+  cmd->add_flag("--no-worker-embedding", f.no_worker_embedding,
+                "Keep the token embedding on the head, which then sends the device of layer 0 each batch's embedding rows "
+                "(default: when that device is a worker's, the table moves there after the load and the worker gathers the "
+                "rows from the token ids, 4 instead of 4 x n_embd bytes per token; for measuring the difference)");
   cmd->add_flag("--no-local-casts", [](int64_t) { engine::set_local_casts(false); },
                 "Read a worker's f32 cast of a step input over the link (default: the head makes it from its own copy of the "
                 "input, e.g. MiniMax-M3's f32 attention mask, up to 8 MB a prompt chunk at 4096 positions; for measuring the "

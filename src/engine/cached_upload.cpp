@@ -166,7 +166,9 @@ Status start_cached_uploads(const CachedUploadPlan& plan) {
   }
   std::vector<const plan::TensorInfo*> picked;
   for (const auto& t : info->tensors) {
-    const bool remote = (t.layer >= plan.first_layer && t.layer < plan.end_layer) || (t.layer < 0 && plan.output_remote && t.name.rfind("output", 0) == 0);
+    const bool remote = (t.layer >= plan.first_layer && t.layer < plan.end_layer) ||
+                        (t.layer < 0 && plan.output_remote && t.name.rfind("output", 0) == 0) ||
+                        (plan.embedding_remote && t.name == "token_embd.weight");
     if (!remote || t.bytes <= kSeedThreshold) continue;
     const Mapping& m = *u->maps.at(static_cast<size_t>(t.split));
     if (t.file_offset + t.bytes > m.size) return Status::invalid_argument(info->files[t.split] + ": tensor " + t.name + " runs past the end");

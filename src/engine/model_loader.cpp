@@ -17,9 +17,11 @@
 
 #include "common/input_reuse.h"
 #include "common/log.h"
+#include "common/units.h"
 #include "engine/cached_upload.h"
 #include "engine/hash_memo.h"
 #include "engine/llama_log.h"
+#include "engine/worker_embedding.h"
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
 #include "llama.h"
@@ -116,7 +118,10 @@ Status start_in_process_rpc_server(const std::string& endpoint, int threads) {
   return s.with_context("the RPC server inside this process did not start");
 }
 
-void ModelDeleter::operator()(llama_model* m) const { llama_model_free(m); }
+void ModelDeleter::operator()(llama_model* m) const {
+  llama_model_free(m);
+  release_worker_embedding(m);
+}
 
 uint64_t input_slot_bytes(const Placement& p, bool on, const llama_model* model, uint32_t n_ctx, uint32_t n_seq,
                           uint32_t n_ubatch) {
@@ -199,6 +204,16 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
     mp.progress_callback = [](float f, void* user) { return (*static_cast<std::function<bool(float)>*>(user))(f); };
     mp.progress_callback_user_data = &progress;
   }
+  // The device of layer 0, when it is a worker's, gathers the token embedding's rows itself
+  // (engine/worker_embedding.h).
+  ggml_backend_dev_t embedding_device = nullptr;
+  if (p.embedding_on_worker && p.cpu_layers == 0) {
+    for (size_t i = 0; i < p.device_layers.size() && i < devices->size(); ++i) {
+      if (p.device_layers[i] == 0) continue;
+      if (is_rpc_device(devices.value()[i])) embedding_device = devices.value()[i];
+      break;
+    }
+  }
   const bool cached = !p.cache_listings.empty() && !p.device_layers.empty();
   if (cached) {
     CachedUploadPlan cp;
@@ -219,10 +234,24 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
       if (!listing.is_ok()) return listing.status().with_context("RPC server " + endpoint);
       cp.listings[endpoint] = std::move(listing.value());
     }
+    cp.embedding_remote = embedding_device != nullptr;
     cp.hash_memo_dir = default_hash_memo_dir();
     TANDEM_RETURN_IF_ERROR(start_cached_uploads(cp));
   }
   ModelPtr model(llama_model_load_from_file(o.model.c_str(), mp));
+  if (model && embedding_device != nullptr) {
+    // Before the cached uploads end: the table is one more weight the worker may hold.
+    auto moved = move_embedding_to_worker(model.get(), embedding_device);
+    const std::string dev = ggml_backend_dev_name(embedding_device);
+    if (!moved.is_ok()) {
+      log::warn("engine", "token embedding stays on the head: " + moved.status().message());
+    } else if (!moved->moved) {
+      log::info("engine", "token embedding stays on the head: " + moved->why_not);
+    } else {
+      log::info("engine", "token embedding (" + format_bytes(moved->bytes) + ") on " + dev +
+                              ", which gathers each batch's rows from the token ids");
+    }
+  }
   if (cached) {
     const CachedUploadStats st = finish_cached_uploads();
     char line[200];

@@ -217,6 +217,10 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.threads = o.threads;
   so.cuda_graphs = o.cuda_graphs;
   so.engine_flags = o.engine_flags;
+  if (!p->split.embedding_on_worker &&
+      std::find(so.engine_flags.begin(), so.engine_flags.end(), "--no-worker-embedding") == so.engine_flags.end()) {
+    so.engine_flags.push_back("--no-worker-embedding");  // the plan found no room for the worker's copy
+  }
   so.canary_interval = std::chrono::seconds(o.canary_interval_s);
   so.log = log;
   so.progress_tty = ::isatty(STDERR_FILENO) != 0 && log::format() == log::Format::text;

@@ -31,7 +31,7 @@ struct ServeOptions {
 inline const std::vector<std::string> kEngineFlags = {"--no-worker-input-slots", "--no-local-input-slots", "--sync-rpc-writes",
                                                       "--sync-local-inputs", "--no-input-reuse", "--no-cpu-repack",
                                                       "--no-pipeline", "--no-overlap", "--no-input-runs", "--no-warm-up",
-                                                      "--no-local-casts"};
+                                                      "--no-local-casts", "--no-worker-embedding"};
 // kEngineFlags as "a, b, c".
 std::string engine_flags_list();
 // OK when every flag of `flags` is one of kEngineFlags; otherwise names it and lists those.

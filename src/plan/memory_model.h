@@ -1,8 +1,9 @@
 // How many bytes a model needs on each device, from its header alone.
 //
 // The model follows what the pinned llama.cpp allocates (see docs/planning.md):
-//   - weights: every tensor of layer N goes with layer N; the token embedding always stays on the
-//     head's CPU (llama.cpp never offloads the input layer); the output head and final norm go
+//   - weights: every tensor of layer N goes with layer N; the token embedding stays on the head's
+//     CPU (llama.cpp never offloads the input layer), and a worker that runs layer 0 holds a copy
+//     (engine/worker_embedding.h, counted by the solver); the output head and final norm go
 //     with the last offload device (llama.cpp counts them as one more layer);
 //   - KV cache: K and V rows for every cell of every sequence, on the device of their layer, in
 //     the KV type; MiniMax-M3's sparse layers add an indexer key cache of one head;
@@ -54,7 +55,7 @@ struct LayerCost {
 // The per-layer and fixed costs of one model under one set of options.
 struct ModelCosts {
   std::vector<LayerCost> layers;
-  uint64_t input_weights = 0;    // token embedding, always on the head's CPU
+  uint64_t input_weights = 0;    // token embedding, on the head's CPU (and on a worker running layer 0)
   uint64_t output_weights = 0;   // output head + final norm, with the last offload device
   uint64_t output_read = 0;      // bytes the output head reads per token
   uint64_t other_weights = 0;    // tensors outside layers that are neither (kept with the input)
@@ -67,6 +68,10 @@ struct ModelCosts {
   // of every graph input and of the activations that cross devices, never reused. Sized from the
   // batch's rows and masks with a coefficient measured on the test models.
   uint64_t compute_pipeline_extra = 0;
+  // A batch's embedding rows (tokens x n_embd x 4 B). When the worker that runs layer 0 gathers
+  // them (engine/worker_embedding.h), the head's CPU stages two such buffers fewer, and under
+  // pipeline parallelism that worker keeps four fewer (they are no longer a graph input).
+  uint64_t embedding_rows = 0;
   uint64_t host_output = 0;      // the context's logits buffer on the head
   uint64_t worker_reuse_slots = 0;  // a worker's device with sparse layers: repeated-input slots
   uint64_t input_slots = 0;         // a device that reads a step's inputs, but the head's CPU (input_slot_bytes)

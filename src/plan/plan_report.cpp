@@ -24,7 +24,7 @@ std::string signed_gib(int64_t bytes) {
 std::string layers_text(const DeviceAssignment& d) {
   std::string t = d.n_layers == 0 ? "-" : d.n_layers == 1 ? std::to_string(d.first_layer)
                                                            : std::to_string(d.first_layer) + "-" + std::to_string(d.first_layer + d.n_layers - 1);
-  if (d.host) t += " +embd";
+  if (d.host || d.embedding_copy) t += " +embd";
   if (d.output) t += " +out";
   return t;
 }
@@ -83,6 +83,15 @@ std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptio
       << ", RPC servers [";
   for (size_t i = 0; i < plan.split.rpc_nodes.size(); ++i) out << (i ? ", " : "") << plan.split.rpc_nodes[i];
   out << "]\n";
+  for (const DeviceAssignment& d : plan.devices) {
+    if (d.embedding_copy) {
+      out << "token embedding: a copy on " << d.node << (d.device != d.node ? "/" + d.device : "")
+          << ", which runs layer 0 (4 bytes per token cross the link instead of a row)\n";
+    }
+  }
+  if (plan.fits && !plan.split.embedding_on_worker) {
+    out << "token embedding: on the head only (no room for a copy on the worker that runs layer 0)\n";
+  }
   return out.str();
 }
 
@@ -104,7 +113,7 @@ std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOpti
                        {"kind", device_kind_name(d.kind)},
                        {"first_layer", d.first_layer},
                        {"n_layers", d.n_layers},
-                       {"embedding", d.host},
+                       {"embedding", d.host || d.embedding_copy},
                        {"output", d.output},
                        {"weights", d.weights},
                        {"kv", d.kv},

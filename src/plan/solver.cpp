@@ -39,13 +39,24 @@ struct Cost {
 // in the same memory, next to the GPU's own. A worker's device with sparse layers also holds the
 // repeated-input slots; every device that reads a step's inputs other than the head's CPU (one
 // holding layers or the output head) holds the head's input slots.
-uint64_t device_compute(const ModelCosts& c, const FlatDevice& f, int first, int count, bool output, bool pipeline) {
+// `rows_elsewhere`: for the head's first device, a worker gathers the embedding rows; for a
+// worker's, it gathers them itself (ModelCosts::embedding_rows).
+uint64_t device_compute(const ModelCosts& c, const FlatDevice& f, int first, int count, bool output, bool pipeline,
+                        bool rows_elsewhere) {
   const bool head = f.node == 0, host = f.host, gpu = f.spec->kind == DeviceKind::gpu;
   const uint64_t slots = (count > 0 || output) && !(host && !gpu) ? c.input_slots : 0;
-  if (host && gpu) return compute_bytes(c, first, count, output, false, pipeline) + c.compute_host + slots;
+  const uint64_t host_rows = host && rows_elsewhere ? 2 * c.embedding_rows : 0;
+  if (host && gpu) return compute_bytes(c, first, count, output, false, pipeline) + c.compute_host - host_rows + slots;
   const bool sparse = count > 0 && c.sparse_before[first + count] > c.sparse_before[first];
-  return compute_bytes(c, first, count, output, host, pipeline) + (!head && sparse ? c.worker_reuse_slots : 0) + slots;
+  uint64_t bytes = compute_bytes(c, first, count, output, host, pipeline) + (!head && sparse ? c.worker_reuse_slots : 0) + slots;
+  if (host && count == 0 && bytes >= c.compute_host) bytes -= std::min(host_rows, bytes);
+  if (!head && rows_elsewhere && pipeline) bytes -= std::min(4 * c.embedding_rows, bytes);
+  return bytes;
 }
+
+// A worker's device that runs layer 0 also holds a copy of the token embedding and gathers each
+// batch's rows (engine/worker_embedding.h); the head keeps its own mapping of it.
+bool gathers_embedding(const FlatDevice& f, int first, int count, bool on) { return on && f.node != 0 && first == 0 && count > 0; }
 
 int64_t picoseconds(uint64_t bytes, double bandwidth) {
   return static_cast<int64_t>(std::floor(static_cast<double>(bytes) * 1e12 / bandwidth));
@@ -57,8 +68,8 @@ struct Prefix {
 
 class Solver {
  public:
-  Solver(const ModelCosts& costs, const std::vector<NodeSpec>& nodes, const PlanOptions& o)
-      : costs_(costs), n_layer_(static_cast<int>(costs.layers.size())) {
+  Solver(const ModelCosts& costs, const std::vector<NodeSpec>& nodes, const PlanOptions& o, bool table_on_worker)
+      : costs_(costs), n_layer_(static_cast<int>(costs.layers.size())), table_on_worker_(table_on_worker) {
     prefix_.weights.assign(n_layer_ + 1, 0);
     prefix_.kv.assign(n_layer_ + 1, 0);
     for (int l = 0; l < n_layer_; ++l) {
@@ -67,6 +78,7 @@ class Solver {
     }
     // A GPU head puts its GPUs after the workers' devices (engine::Placement::workers_first).
     workers_first_ = nodes[0].devices[0].kind == DeviceKind::gpu && nodes.size() > 1;
+    head_devices_ = nodes[0].devices.size();
     std::vector<size_t> node_order;
     for (size_t n = workers_first_ ? 1 : 0; n < nodes.size(); ++n) node_order.push_back(n);
     if (workers_first_) node_order.push_back(0);
@@ -107,8 +119,19 @@ class Solver {
   uint64_t need(const FlatDevice& f, int first, int count, bool output, bool pipeline) const {
     uint64_t bytes = prefix_.weights[first + count] - prefix_.weights[first] + prefix_.kv[first + count] - prefix_.kv[first];
     if (f.host) bytes += costs_.input_weights + costs_.other_weights + costs_.host_output;
+    if (gathers_embedding(f, first, count, table_on_worker_)) bytes += costs_.input_weights;
     if (output) bytes += costs_.output_weights;
-    return bytes + device_compute(costs_, f, first, count, output, pipeline);
+    return bytes + device_compute(costs_, f, first, count, output, pipeline, rows_elsewhere(f, first, count));
+  }
+
+  // Where the embedding rows are gathered differs from libllama's default for `f` holding layers
+  // [first, first+count): it is the worker running layer 0, or the head's first device while a
+  // worker runs layer 0 (a CPU head alone on its node holding none, or a GPU head after workers).
+  bool rows_elsewhere(const FlatDevice& f, int first, int count) const {
+    if (!table_on_worker_) return false;
+    if (!f.host) return gathers_embedding(f, first, count, true);
+    if (f.spec->kind == DeviceKind::cpu) return count == 0 && head_devices_ == 1;
+    return workers_first_ && first > 0;
   }
 
   // `from` extended by device `f` holding layers [l, l+n); infeasible when they do not fit.
@@ -135,10 +158,12 @@ class Solver {
  private:
   const ModelCosts& costs_;
   const int n_layer_;
+  const bool table_on_worker_;
   Prefix prefix_;
   std::vector<FlatDevice> flat_;
   int64_t hop_ps_ = 0;
   bool workers_first_ = false;
+  size_t head_devices_ = 1;
 };
 
 Cost Solver::solve_for_last(int last, bool pipeline, std::vector<int>* ranges) const {
@@ -269,7 +294,7 @@ void fill_split(const std::vector<NodeSpec>& nodes, bool workers_first, Plan* pl
 
 // What one device holds under the chosen ranges.
 DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCosts& c, int first, int count, bool output,
-                        bool pipeline) {
+                        bool pipeline, bool table_on_worker, bool rows_elsewhere) {
   DeviceAssignment d;
   d.node = node.name;
   d.device = f.spec->name;
@@ -293,11 +318,15 @@ DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCo
     d.weights += c.input_weights + c.other_weights;
     d.compute += c.host_output;
   }
+  if (gathers_embedding(f, first, count, table_on_worker)) {
+    d.embedding_copy = true;
+    d.weights += c.input_weights;
+  }
   if (d.output) {
     d.weights += c.output_weights;
     read += c.output_read;
   }
-  d.compute += device_compute(c, f, first, count, output, pipeline);
+  d.compute += device_compute(c, f, first, count, output, pipeline, rows_elsewhere);
   d.seconds_per_token = static_cast<double>(read) / d.bandwidth;
   return d;
 }
@@ -353,12 +382,10 @@ std::map<std::string, std::pair<int, int>> layer_ranges(const LlamaSplit& split,
   return out;
 }
 
-Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
-  TANDEM_RETURN_IF_ERROR(validate_request(nodes, o));
-  auto costs = model_costs(info, o.memory);
-  if (!costs.is_ok()) return costs.status();
-  const ModelCosts& c = costs.value();
-  Solver solver(c, nodes, o);
+namespace {
+
+Plan solve_with(const ModelCosts& c, const std::vector<NodeSpec>& nodes, const PlanOptions& o, bool table_on_worker) {
+  Solver solver(c, nodes, o, table_on_worker);
 
   // Each worker in turn as the last one on the path.
   Cost best;
@@ -384,7 +411,8 @@ Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, co
   std::vector<DeviceAssignment> in_layer_order;
   int layer = 0;
   for (size_t j = 0; j < flat.size(); ++j) {
-    in_layer_order.push_back(assign(flat[j], nodes[flat[j].node], c, layer, best_ranges[j], static_cast<int>(j) == output_index, pipeline));
+    in_layer_order.push_back(assign(flat[j], nodes[flat[j].node], c, layer, best_ranges[j], static_cast<int>(j) == output_index,
+                                    pipeline, table_on_worker, solver.rows_elsewhere(flat[j], layer, best_ranges[j])));
     layer += best_ranges[j];
   }
   // The plan lists devices node by node, the head first, whatever order the layers run in.
@@ -399,11 +427,27 @@ Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, co
   }
   plan.fits = true;
   fill_split(nodes, solver.workers_first(), &plan);
+  plan.split.embedding_on_worker = table_on_worker;
   // head -> each worker on the path -> back to the head
   const size_t crossings = plan.split.rpc_nodes.empty() ? 0 : plan.split.rpc_nodes.size() + 1;
   plan.link_seconds = o.hop_seconds * static_cast<double>(crossings);
   plan.seconds_per_token = plan.link_seconds;
   for (const DeviceAssignment& d : plan.devices) plan.seconds_per_token += d.seconds_per_token;
+  return plan;
+}
+
+}  // namespace
+
+Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
+  TANDEM_RETURN_IF_ERROR(validate_request(nodes, o));
+  auto costs = model_costs(info, o.memory);
+  if (!costs.is_ok()) return costs.status();
+  Plan plan = solve_with(costs.value(), nodes, o, true);
+  // The worker's copy of the table saves the link a prompt's embedding rows; memory is worth more.
+  if (!plan.fits) {
+    Plan without = solve_with(costs.value(), nodes, o, false);
+    if (without.fits) return without;
+  }
   return plan;
 }
 

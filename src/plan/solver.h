@@ -38,6 +38,7 @@ struct DeviceAssignment {
   bool host = false;             // the head's CPU/host memory: also holds the token embedding
   int first_layer = 0, n_layers = 0;
   bool output = false;           // holds the output head
+  bool embedding_copy = false;   // a worker's device running layer 0: a copy of the token embedding
   uint64_t weights = 0, kv = 0, compute = 0;
   uint64_t free_bytes = 0, margin = 0;
   double bandwidth = 0;           // bytes per second
@@ -59,6 +60,9 @@ struct LlamaSplit {
   bool workers_first = false;
   std::vector<int> device_layers;
   std::vector<std::string> rpc_nodes;  // worker names, in device order; the caller maps them to endpoints
+  // A worker that runs layer 0 holds a copy of the token embedding (engine::Placement::
+  // embedding_on_worker). The plan counts it there, and goes without it only when that is what fits.
+  bool embedding_on_worker = true;
 };
 
 // The layers each node runs under `split`: {first layer, count} by node name (nodes[0] is the

@@ -11,6 +11,7 @@
 
 #include "common/build_info.h"
 #include "engine/model_loader.h"
+#include "engine/worker_embedding.h"
 #include "llama-ext.h"  // llama_get_memory_breakdown (exported by libllama, declared in its staging header)
 #include "llama.h"
 #include "plan/solver.h"
@@ -57,6 +58,13 @@ std::map<std::string, Actual> measure(const std::string& model, const engine::Pl
     if (const size_t open = name.find('['); open != std::string::npos) key = name.substr(open + 1, name.find(']') - open - 1);
     out[key].weights += d.model;
     out[key].total += d.model + d.context + d.compute;
+  }
+  // The token embedding moved to the worker of layer 0 (engine/worker_embedding.h), not libllama's.
+  if (ggml_backend_buffer_t table = engine::worker_embedding_buffer(loaded.value().get())) {
+    const std::string name = ggml_backend_buft_name(ggml_backend_buffer_get_type(table));
+    const std::string key = name.substr(name.find('[') + 1, name.find(']') - name.find('[') - 1);
+    out[key].weights += ggml_backend_buffer_get_size(table);
+    out[key].total += ggml_backend_buffer_get_size(table);
   }
   return out;
 }
@@ -140,6 +148,7 @@ void check_prediction(const synth::ModelSpec& spec, const MemoryOptions& memory,
   placement.cpu_weight_repack = false;  // repacked CPU weights are counted twice (mapped + repacked)
   placement.cpu_layers = plan->split.cpu_layers;
   placement.device_layers = plan->split.device_layers;
+  placement.embedding_on_worker = plan->split.embedding_on_worker;
   for (const std::string& w : plan->split.rpc_nodes) placement.rpc_servers.push_back(endpoint.at(w));
   const auto actual = measure(model, placement, o.memory);
   ASSERT_EQ(actual.size(), 3u);

@@ -1,6 +1,7 @@
 // The solver on made-up models and clusters: who gets which layers, and why not.
 #include "plan/solver.h"
 #include "plan/plan_config.h"
+#include "plan/plan_report.h"
 
 #include <gtest/gtest.h>
 
@@ -135,6 +136,42 @@ TEST(Solver, AGpuHeadRunsTheLastLayersAndTheOutputHeadAfterTheWorkers) {
   EXPECT_EQ(ranges.at("b"), (std::pair<int, int>{0, 5}));
   EXPECT_EQ(ranges.at("a"), (std::pair<int, int>{5, 5}));
   EXPECT_EQ(ranges.count("c"), 0u);
+}
+
+// The worker that runs layer 0 also holds a copy of the token embedding and gathers each batch's
+// rows (engine/worker_embedding.h); the head keeps its own. A worker after the head's layers does not.
+TEST(Solver, TheWorkerThatRunsLayerZeroHoldsACopyOfTheTokenEmbedding) {
+  auto gpu_head = solve(toy_model(10, 10), {node("a", 80), node("b", 80)}, options());
+  ASSERT_TRUE(gpu_head.is_ok() && gpu_head->fits) << gpu_head->failure;
+  const DeviceAssignment& first = gpu_head->devices[1];
+  ASSERT_EQ(first.first_layer, 0);
+  EXPECT_EQ(first.weights, static_cast<uint64_t>(first.n_layers) * 10 * kMiB + 4 * kMiB);
+  EXPECT_EQ(gpu_head->devices[0].weights, static_cast<uint64_t>(gpu_head->devices[0].n_layers) * 10 * kMiB + 8 * kMiB);
+
+  auto cpu_head = solve(toy_model(10, 10), {node("a", 80, 100e9, DeviceKind::cpu), node("b", 80)}, options());
+  ASSERT_TRUE(cpu_head.is_ok() && cpu_head->fits) << cpu_head->failure;
+  ASSERT_GT(cpu_head->devices[1].first_layer, 0);
+  EXPECT_EQ(cpu_head->devices[1].weights, static_cast<uint64_t>(cpu_head->devices[1].n_layers) * 10 * kMiB + 4 * kMiB);  // + output
+
+  // A head with room for one layer at most leaves the others and the table to the worker. Short by
+  // less than the table, the plan keeps the table on the head only (and serve tells the engine).
+  auto roomy = solve(toy_model(10, 10), {node("a", 20), node("b", 200)}, options());
+  ASSERT_TRUE(roomy.is_ok() && roomy->fits) << roomy->failure;
+  const uint64_t need = roomy->devices[1].need();
+  const uint64_t head_free = roomy->devices[0].free_bytes - roomy->devices[0].need();
+  ASSERT_LT(head_free, 10 * kMiB);  // the head cannot take another layer
+  EXPECT_TRUE(roomy->devices[1].embedding_copy);
+  EXPECT_TRUE(roomy->split.embedding_on_worker);
+  auto exact = solve(toy_model(10, 10), {node("a", 20), node("b", (need + kMiB - 1) / kMiB)}, options());
+  ASSERT_TRUE(exact.is_ok() && exact->fits) << exact->failure;
+  EXPECT_TRUE(exact->split.embedding_on_worker);
+  EXPECT_EQ(exact->devices[1].n_layers, roomy->devices[1].n_layers);
+  auto short_by_the_table = solve(toy_model(10, 10), {node("a", 20), node("b", (need - 3 * kMiB) / kMiB)}, options());
+  ASSERT_TRUE(short_by_the_table.is_ok() && short_by_the_table->fits) << short_by_the_table->failure;
+  EXPECT_FALSE(short_by_the_table->split.embedding_on_worker);
+  EXPECT_FALSE(short_by_the_table->devices[1].embedding_copy);
+  EXPECT_EQ(short_by_the_table->devices[1].weights, static_cast<uint64_t>(short_by_the_table->devices[1].n_layers) * 10 * kMiB);
+  EXPECT_NE(format_plan(short_by_the_table.value(), toy_model(10, 10), options()).find("token embedding: on the head only"), std::string::npos);
 }
 
 TEST(Solver, AGpuHeadAloneKeepsTheUsualOrder) {
@@ -302,7 +339,8 @@ TEST(MemoryModel, AWorkersSparseLayersHoldTheRepeatedInputSlots) {
   bool worker_sparse = false;
   for (const DeviceAssignment& d : plan->devices) {
     const bool sparse = d.n_layers > 0 && c->sparse_before[d.first_layer + d.n_layers] > c->sparse_before[d.first_layer];
-    const uint64_t base = compute_bytes(c.value(), d.first_layer, d.n_layers, d.output, false, plan->pipeline) + c->input_slots;
+    uint64_t base = compute_bytes(c.value(), d.first_layer, d.n_layers, d.output, false, plan->pipeline) + c->input_slots;
+    if (d.embedding_copy && plan->pipeline) base -= 4 * c->embedding_rows;  // rows gathered there, not 4 input copies
     if (!d.head && sparse) {
       worker_sparse = true;
       EXPECT_EQ(d.compute, base + c->worker_reuse_slots) << d.node;
@@ -341,7 +379,8 @@ TEST(MemoryModel, EveryDeviceThatReadsAStepsInputsHoldsTheInputSlots) {
       if (d.n_layers == 0 && !d.output) continue;
       const bool sparse = d.n_layers > 0 && c->sparse_before[d.first_layer + d.n_layers] > c->sparse_before[d.first_layer];
       uint64_t expected = compute_bytes(c.value(), d.first_layer, d.n_layers, d.output, d.host && d.kind == DeviceKind::cpu, p->pipeline);
-      if (d.host && d.kind == DeviceKind::gpu) expected += c->compute_host;
+      if (d.host && d.kind == DeviceKind::gpu) expected += c->compute_host - (d.first_layer > 0 ? 2 * c->embedding_rows : 0);
+      if (d.embedding_copy && p->pipeline) expected -= 4 * c->embedding_rows;
       if (!d.head && sparse) expected += c->worker_reuse_slots;
       const bool reads = !(d.host && d.kind == DeviceKind::cpu);
       EXPECT_EQ(d.compute - (d.host ? c->host_output : 0), expected + (reads ? slots : 0)) << d.node << " " << d.device;

@@ -19,6 +19,8 @@
 #include "engine/generate.h"
 #include "engine/local_casts.h"
 #include "engine/rpc_writes.h"
+#include "engine/worker_embedding.h"
+#include "plan/model_info.h"
 #include "link/forwarder.h"
 #include "synth/presets.h"
 #include "synth/writer.h"
@@ -310,6 +312,49 @@ TEST_F(Split, AMaskOneWorkerMadeCrossesOncePerStepOrIsMadeOnTheHead) {
   }
   set_local_casts(true);
   EXPECT_LE(from_first[1] + (1u << 20), from_first[0]) << from_first[1] << " against " << from_first[0];
+}
+
+// A worker that runs layer 0 holds the token embedding and gathers each batch's rows itself
+// (engine/worker_embedding.h): the head sends it token ids, not rows, and the tokens stay those of
+// one process (the worker's CPU gathers as the head's would).
+TEST_F(Split, TheWorkerRunningLayerZeroGathersTheEmbeddingRowsItself) {
+  GenerateOptions longer = long_prompt_options(model_, 6);
+  // As many threads as the worker's (worker_env.h): the CPU's attention over a long context sums
+  // in an order that depends on them, which layer 0's full attention, here on the worker, shows.
+  longer.threads = 1;
+  auto alone = generate(longer);
+  ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+  auto info = plan::read_model_info(model_);
+  ASSERT_TRUE(info.is_ok());
+  uint64_t table = 0;
+  for (const auto& t : info->tensors) table += t.name == "token_embd.weight" ? t.bytes : 0;
+  ASSERT_GT(table, 1u << 20);
+
+  const link::Secret secret = make_secret(dir_.file("cluster.key"));
+  WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
+  ASSERT_TRUE(w.up()) << w.log();
+  uint64_t sent[2] = {0, 0};
+  for (bool on : {false, true}) {
+    auto f = forward_to(w, secret);
+    GenerateOptions split = longer;
+    split.placement.rpc_servers = {local(*f)};
+    split.placement.use_local_gpus = false;
+    split.placement.cpu_layers = 0;
+    split.placement.device_layers = {4};
+    split.placement.embedding_on_worker = on;
+    const uint64_t moved = moved_embeddings();
+    auto through = generate(split);
+    ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
+    EXPECT_EQ(through->tokens, alone->tokens) << (on ? "rows gathered on the worker" : "rows sent by the head");
+    EXPECT_EQ(moved_embeddings() - moved, on ? 1u : 0u);
+    sent[on] = f->stats().bytes_to_worker;
+  }
+  // The table crossed once; every token's row (4 x n_embd bytes) did not, its id (4 bytes) did.
+  const uint64_t tokens = static_cast<uint64_t>(alone->n_prompt_tokens + longer.n_predict - 1);
+  const int64_t rows = static_cast<int64_t>(tokens * (info->n_embd * 4 - 4));
+  const int64_t diff = static_cast<int64_t>(sent[1]) - static_cast<int64_t>(sent[0]);
+  EXPECT_NEAR(static_cast<double>(diff), static_cast<double>(static_cast<int64_t>(table) - rows), 64.0 * 1024)
+      << "with the table on the worker " << sent[1] << " bytes, without " << sent[0] << "; table " << table << ", rows " << rows;
 }
 
 // The worker's RPC child keeps large blocks in its heap while a head loads (worker/rpc_server.cpp:

@@ -1,0 +1,121 @@
+#include "engine/worker_embedding.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/units.h"
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "llama.h"
+
+// libllama's own list of a model's weights by name (llama-model.h; exported, used by its tools).
+// No public call names the token embedding's tensor.
+const std::vector<std::pair<std::string, ggml_tensor*>>& llama_internal_get_tensor_map(const llama_model* model);
+
+namespace tandem::engine {
+namespace {
+
+std::mutex g_mutex;
+std::map<const llama_model*, ggml_backend_buffer_t> g_buffers;  // under g_mutex
+std::atomic<uint64_t> g_moved{0};
+
+// Types every ggml backend a worker runs gathers rows of (ggml-cuda's GET_ROWS list; the CPU
+// gathers any). IQ4_NL and MXFP4 are left out: CUDA gathers them only for some row lengths.
+bool gatherable(ggml_type t) {
+  switch (t) {
+    case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16:
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+    case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: case GGML_TYPE_IQ3_XXS:
+    case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: case GGML_TYPE_IQ4_XS:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+Result<EmbeddingMove> move_embedding_to_worker(llama_model* model, ggml_backend_device* device) {
+  EmbeddingMove m;
+  ggml_tensor* table = nullptr;
+  int tables = 0;
+  bool output = false;
+  for (const auto& [name, t] : llama_internal_get_tensor_map(model)) {
+    if (name == "token_embd.weight") table = t, ++tables;
+    if (name == "output.weight") output = true;
+  }
+  if (table == nullptr || tables != 1) {
+    m.why_not = "the model has no single token_embd.weight";
+    return m;
+  }
+  // Without its own output head, libllama makes the output a second copy of the embedding under
+  // the same name; that copy goes with the output device and must stay there.
+  if (!output) {
+    m.why_not = "the model's output head is its token embedding";
+    return m;
+  }
+  m.bytes = ggml_nbytes(table);
+  if (!gatherable(table->type)) {
+    m.why_not = std::string("a worker may not gather rows of type ") + ggml_type_name(table->type);
+    return m;
+  }
+  if (table->buffer == nullptr || !ggml_backend_buffer_is_host(table->buffer) || table->view_src != nullptr) {
+    m.why_not = "the token embedding is not in the head's host memory";
+    return m;
+  }
+  ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(device);
+  const size_t size = ggml_backend_buft_get_alloc_size(buft, table);
+  ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(buft, size);
+  if (buffer == nullptr) {
+    return Status::resource_exhausted(std::string(ggml_backend_dev_name(device)) + ": cannot allocate " + format_bytes(size) +
+                                      " for the token embedding");
+  }
+  ggml_backend_buffer_set_usage(buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+  ggml_backend_buffer_t host_buffer = table->buffer;
+  void* host = table->data;
+  table->buffer = nullptr;
+  table->data = nullptr;
+  if (ggml_backend_tensor_alloc(buffer, table, ggml_backend_buffer_get_base(buffer)) != GGML_STATUS_SUCCESS) {
+    table->buffer = host_buffer;
+    table->data = host;
+    ggml_backend_buffer_free(buffer);
+    return Status::internal(std::string(ggml_backend_dev_name(device)) + ": cannot place the token embedding");
+  }
+  // The scheduler now gathers rows on the worker; the host bytes (libllama's mapping of the file)
+  // stay where they were, unused.
+  ggml_backend_tensor_set(table, host, 0, m.bytes);
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_buffers[model] = buffer;
+  }
+  g_moved.fetch_add(1, std::memory_order_relaxed);
+  m.moved = true;
+  return m;
+}
+
+void release_worker_embedding(const llama_model* model) {
+  ggml_backend_buffer_t buffer = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_buffers.find(model);
+    if (it == g_buffers.end()) return;
+    buffer = it->second;
+    g_buffers.erase(it);
+  }
+  ggml_backend_buffer_free(buffer);
+}
+
+ggml_backend_buffer_t worker_embedding_buffer(const llama_model* model) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_buffers.find(model);
+  return it == g_buffers.end() ? nullptr : it->second;
+}
+
+uint64_t moved_embeddings() { return g_moved.load(); }
+
+}  // namespace tandem::engine
