@@ -80,6 +80,8 @@ try:
         reuse += f"  runs: {j['run_inputs']} inputs, {j['run_bytes_not_sent'] / 2**20:.0f} MiB not sent"
     if j.get("local_casts"):
         reuse += f"  casts made here: {j['local_casts']}, {j['local_cast_bytes'] / 2**20:.0f} MiB not read"
+    if j.get("worker_embeddings"):
+        reuse += "  rows gathered on the worker"
     if j.get("relayed_results"):
         reuse += f"  relayed: {j['relayed_results']} repeated, {j['relayed_bytes_not_read'] / 2**20:.0f} MiB not read"
     print(f"{label:44s} {j['decode_tps']:6.1f} tok/s decode {1000 / j['decode_tps']:6.2f} ms/token "

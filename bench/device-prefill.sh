@@ -3,15 +3,16 @@
 # `device-compare.sh build` and `model`): the GPU tests of the head's queue, then tandem-engine
 # one-shot runs of the 60-layer proxy with a ~3960-token prompt (8 micro-batches of 512) and 2
 # tokens: one process; the split 30 + 30 through a seeded `tandem worker` (two processes, two CUDA
-# contexts on one GPU) as it runs by default, with
+# contexts on one GPU) as it runs by default, with the head sending each micro-batch's embedding
+# rows instead of the worker gathering them (`--no-worker-embedding`), with
 # libllama's pipeline parallelism off (`--no-pipeline`), with no two micro-batches' device work
 # overlapping (`--no-overlap`), and with the head's input slots off; then the split against ggml's
 # RPC server inside the engine (`--rpc-in-process`: one process, one CUDA context), by default and
 # with `--no-overlap`. Each split run prints its step trace (TANDEM_STEP_TRACE, summed up by
 # bench/trace_summary.py): per micro-batch, the head's waits and the worker's graph. Token digests
 # must agree across runs. Run it as `bench/device-compare.sh prefill`; logs and traces in $OUT.
-# ROUNDS (2), ROUNDS_IN_PROCESS (1; 0: none), QUICK=1: only one process and the split with and
-# without the pipeline.
+# ROUNDS (2), ROUNDS_IN_PROCESS (1; 0: none), QUICK=1: only one process and the split with the
+# rows gathered on the worker and sent by the head.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:?run through bench/device-compare.sh prefill}
@@ -39,8 +40,9 @@ echo "== tandem-engine one-shot, m3-proxy 60 layers, ~3960-token prompt, $n_pred
 for round in $(seq "${ROUNDS:-2}"); do
   traced engine "one process (round $round)"
   traced split_30_30 "split (round $round)"
-  traced split_30_30 "split, no pipeline (round $round)" --no-pipeline
+  traced split_30_30 "split, rows sent (round $round)" --no-worker-embedding
   [ -n "${QUICK:-}" ] && continue
+  traced split_30_30 "split, no pipeline (round $round)" --no-pipeline
   traced split_30_30 "split, no overlap (round $round)" --no-overlap
   traced split_30_30 "split, no local slots (round $round)" --no-local-input-slots
 done
