@@ -14,11 +14,11 @@
 #include "engine/generate.h"
 #include "engine/llama_log.h"
 #include "engine/local_casts.h"
-#include "engine/worker_embedding.h"
 #include "engine/local_inputs.h"
 #include "engine/rpc_writes.h"
 #include "engine/sched_hooks.h"
 #include "engine/server.h"
+#include "engine/worker_embedding.h"
 
 namespace tandem::cli {
 

@@ -49,7 +49,7 @@ uint64_t device_compute(const ModelCosts& c, const FlatDevice& f, int first, int
   if (host && gpu) return compute_bytes(c, first, count, output, false, pipeline) + c.compute_host - host_rows + slots;
   const bool sparse = count > 0 && c.sparse_before[first + count] > c.sparse_before[first];
   uint64_t bytes = compute_bytes(c, first, count, output, host, pipeline) + (!head && sparse ? c.worker_reuse_slots : 0) + slots;
-  if (host && count == 0 && bytes >= c.compute_host) bytes -= std::min(host_rows, bytes);
+  if (host && count == 0) bytes -= host_rows;  // within compute_host, which such a host's bytes include
   if (!head && rows_elsewhere && pipeline) bytes -= std::min(4 * c.embedding_rows, bytes);
   return bytes;
 }
