@@ -244,7 +244,8 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
     auto moved = move_embedding_to_worker(model.get(), embedding_device);
     const std::string dev = ggml_backend_dev_name(embedding_device);
     if (!moved.is_ok()) {
-      log::warn("engine", "token embedding stays on the head: " + moved.status().message());
+      log::warn("engine", "token embedding stays on the head, which sends each batch's rows instead: " + moved.status().message() +
+                              " (the plan counts it there: check the worker's free memory against `tandem plan`)");
     } else if (!moved->moved) {
       log::info("engine", "token embedding stays on the head: " + moved->why_not);
     } else {

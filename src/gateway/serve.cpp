@@ -93,6 +93,12 @@ Status check_engine_flags(const std::vector<std::string>& flags) {
   return Status::ok();
 }
 
+std::vector<std::string> engine_flags_for(const plan::LlamaSplit& split, std::vector<std::string> flags) {
+  const std::string keep = "--no-worker-embedding";
+  if (!split.embedding_on_worker && std::find(flags.begin(), flags.end(), keep) == flags.end()) flags.push_back(keep);
+  return flags;
+}
+
 Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   const config::Config& c = o.config;
   TANDEM_RETURN_IF_ERROR(check_engine_flags(o.engine_flags));
@@ -216,11 +222,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.parallel = static_cast<int>(c.model.parallel);
   so.threads = o.threads;
   so.cuda_graphs = o.cuda_graphs;
-  so.engine_flags = o.engine_flags;
-  if (!p->split.embedding_on_worker &&
-      std::find(so.engine_flags.begin(), so.engine_flags.end(), "--no-worker-embedding") == so.engine_flags.end()) {
-    so.engine_flags.push_back("--no-worker-embedding");  // the plan found no room for the worker's copy
-  }
+  so.engine_flags = engine_flags_for(p->split, o.engine_flags);
   so.canary_interval = std::chrono::seconds(o.canary_interval_s);
   so.log = log;
   so.progress_tty = ::isatty(STDERR_FILENO) != 0 && log::format() == log::Format::text;

@@ -9,6 +9,7 @@
 
 #include "common/status.h"
 #include "config/config.h"
+#include "plan/solver.h"
 
 namespace tandem::gateway {
 
@@ -36,6 +37,10 @@ inline const std::vector<std::string> kEngineFlags = {"--no-worker-input-slots",
 std::string engine_flags_list();
 // OK when every flag of `flags` is one of kEngineFlags; otherwise names it and lists those.
 Status check_engine_flags(const std::vector<std::string>& flags);
+// The engine flags serve starts the engine with under `split`: the user's `flags`, and
+// --no-worker-embedding when the plan found no room for the token embedding on the worker of
+// layer 0 (plan::LlamaSplit::embedding_on_worker), once.
+std::vector<std::string> engine_flags_for(const plan::LlamaSplit& split, std::vector<std::string> flags);
 
 // Serves until `stop` becomes true. Errors only for what cannot work at all: an unreadable model
 // or key database, a secret file that is refused, a placement that does not fit (the message says

@@ -66,6 +66,17 @@ TEST(Cli, EveryFlagServePassesOnIsAnEngineFlagAndInServesHelp) {
   }
 }
 
+// A plan without room for the token embedding on the worker of layer 0 starts the engine with it
+// kept on the head; the user's flags pass unchanged, that one never twice.
+TEST(Cli, ServeKeepsTheEmbeddingOnTheHeadWhenThePlanSaysSo) {
+  plan::LlamaSplit split;
+  const std::vector<std::string> user = {"--no-warm-up"};
+  EXPECT_EQ(gateway::engine_flags_for(split, user), user);
+  split.embedding_on_worker = false;
+  EXPECT_EQ(gateway::engine_flags_for(split, user), (std::vector<std::string>{"--no-warm-up", "--no-worker-embedding"}));
+  EXPECT_EQ(gateway::engine_flags_for(split, {"--no-worker-embedding"}), (std::vector<std::string>{"--no-worker-embedding"}));
+}
+
 TEST(Cli, InspectOfABadFileIsOneLineAndExitsOne) {
   ScratchDir dir;
   write_file(dir.file("junk.gguf"), std::string(5000, 'x'));
