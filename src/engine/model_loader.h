@@ -70,8 +70,9 @@ struct Placement {
   // would turn it on. Off only to measure what the overlap gains or costs (e.g. two processes
   // taking turns on one GPU).
   bool pipeline = true;
-  // When layer 0 runs on a worker, the token embedding moves there after the load and the worker
-  // gathers each batch's rows (engine/worker_embedding.h). Off only to measure what that saves.
+  // When layer 0 runs on a worker (by an explicit `device_layers`), the token embedding moves there
+  // after the load and the worker gathers each batch's rows (engine/worker_embedding.h). Off to
+  // measure what that saves, or when the worker has no room for it (the planner says so).
   bool embedding_on_worker = true;
 };
 

@@ -52,19 +52,21 @@ std::map<std::string, Actual> measure(const std::string& model, const engine::Pl
   EXPECT_NE(ctx, nullptr);
   if (!ctx) return {};
   std::map<std::string, Actual> out;
+  auto device_of = [&](ggml_backend_buffer_type_t buft) -> Actual& {
+    const std::string name = ggml_backend_buft_name(buft);
+    const size_t open = name.find('[');
+    return out[open == std::string::npos ? "head" : name.substr(open + 1, name.find(']') - open - 1)];
+  };
   for (const auto& [buft, d] : llama_get_memory_breakdown(ctx.get())) {
-    std::string name = ggml_backend_buft_name(buft);
-    std::string key = "head";
-    if (const size_t open = name.find('['); open != std::string::npos) key = name.substr(open + 1, name.find(']') - open - 1);
-    out[key].weights += d.model;
-    out[key].total += d.model + d.context + d.compute;
+    Actual& a = device_of(buft);
+    a.weights += d.model;
+    a.total += d.model + d.context + d.compute;
   }
   // The token embedding moved to the worker of layer 0 (engine/worker_embedding.h), not libllama's.
   if (ggml_backend_buffer_t table = engine::worker_embedding_buffer(loaded.value().get())) {
-    const std::string name = ggml_backend_buft_name(ggml_backend_buffer_get_type(table));
-    const std::string key = name.substr(name.find('[') + 1, name.find(']') - name.find('[') - 1);
-    out[key].weights += ggml_backend_buffer_get_size(table);
-    out[key].total += ggml_backend_buffer_get_size(table);
+    Actual& a = device_of(ggml_backend_buffer_get_type(table));
+    a.weights += ggml_backend_buffer_get_size(table);
+    a.total += ggml_backend_buffer_get_size(table);
   }
   return out;
 }
