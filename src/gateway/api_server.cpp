@@ -1,6 +1,7 @@
 #include "gateway/api_server.h"
 
 #include <httplib.h>
+#include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -35,6 +36,36 @@ void send_unauthorized(httplib::Response& res, const std::string& message) {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+// Why binding host:port fails, from a plain bind of the same address (httplib keeps the errno to
+// itself).
+std::string bind_failure(const std::string& host, int port) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
+    return std::string("cannot resolve the host: ") + ::gai_strerror(rc);
+  }
+  std::string why = "bind failed";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    const bool bound = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    const int err = errno;
+    ::close(fd);
+    if (bound) continue;
+    why = err == EADDRINUSE    ? "the address is already in use (another tandem serve, or another program, listens there)"
+          : err == EADDRNOTAVAIL ? "not an address of this machine"
+          : err == EACCES        ? "permission denied (ports below 1024 need privileges)"
+                                 : std::strerror(err);
+    break;
+  }
+  ::freeaddrinfo(found);
+  return why;
+}
+
 bool flag(const json& body, const char* key) { return body.contains(key) && body[key].is_boolean() && body[key].get<bool>(); }
 
 }  // namespace
@@ -92,6 +123,13 @@ ApiServer::ApiServer(ApiOptions options, Backend* backend, KeyStore* keys, Healt
   server_->set_read_timeout(options_.read_timeout_s, 0);
   server_->set_write_timeout(options_.write_timeout_s, 0);
   server_->set_keep_alive_timeout(options_.keep_alive_s);
+  // httplib's default sets SO_REUSEPORT, with which a second gateway on the same port starts
+  // without a word and the kernel splits the connections between the two. SO_REUSEADDR alone
+  // still allows a restart while old connections linger in TIME_WAIT.
+  server_->set_socket_options([](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   install_routes();
 }
 
@@ -104,8 +142,9 @@ Status ApiServer::start() {
     port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
   }
   if (port_ <= 0) {
-    return Status::unavailable("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
-                               " (address in use, or not an address of this machine?)");
+    port_ = -1;
+    return Status::unavailable("cannot listen on " + options_.host + ":" + std::to_string(options_.port) + ": " +
+                               bind_failure(options_.host, options_.port));
   }
   if (const int err = server_->set_listen_backlog(SOMAXCONN); err != 0) {
     server_->close_listener();

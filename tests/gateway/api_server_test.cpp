@@ -373,5 +373,57 @@ TEST(ApiServerListenTest, ABurstOfNewConnectionsIsAnsweredEvenWhileTheServerCann
   }
 }
 
+// Debian's cpp-httplib sets SO_REUSEPORT: a second gateway on a served port used to start, and the
+// kernel split the connections between the two.
+TEST(ApiServerListenTest, ASecondServerOnTheSamePortRefusesToStartNamingTheAddress) {
+  FakeBackend backend;
+  ApiOptions o;
+  o.port = 0;
+  o.auth = false;
+  ApiServer first(o, &backend, nullptr, [] { return HealthReport{}; });
+  ASSERT_TRUE(first.start().is_ok());
+  o.port = first.port();
+  ApiServer second(o, &backend, nullptr, [] { return HealthReport{}; });
+  const Status s = second.start();
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("127.0.0.1:" + std::to_string(first.port())), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("already in use"), std::string::npos) << s.message();
+  // The first one still answers every request.
+  httplib::Client c("127.0.0.1", first.port());
+  for (int i = 0; i < 4; ++i) {
+    auto r = c.Get("/health");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+}
+
+// Not only another gateway: any program that listens there, with or without SO_REUSEPORT.
+TEST(ApiServerListenTest, APortHeldByAnotherProgramIsRefused) {
+  for (const bool reuseport : {false, true}) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    int yes = 1;
+    if (reuseport) {
+      ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &yes, sizeof yes), 0);
+    }
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(::listen(fd, 4), 0);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    FakeBackend backend;
+    ApiOptions o;
+    o.port = ntohs(a.sin_port);
+    o.auth = false;
+    ApiServer server(o, &backend, nullptr, [] { return HealthReport{}; });
+    const Status s = server.start();
+    EXPECT_FALSE(s.is_ok()) << "SO_REUSEPORT on the other socket: " << reuseport;
+    EXPECT_NE(s.message().find("already in use"), std::string::npos) << s.message();
+    ::close(fd);
+  }
+}
+
 }  // namespace
 }  // namespace tandem::gateway
