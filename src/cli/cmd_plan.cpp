@@ -1,9 +1,10 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "gateway/cluster_nodes.h"
+#include "cli/config_flags.h"
 #include "common/units.h"
 #include "config/config.h"
+#include "gateway/cluster_nodes.h"
 #include "plan/model_info.h"
 #include "plan/plan_config.h"
 #include "plan/plan_report.h"
@@ -12,89 +13,90 @@ namespace tandem::cli {
 
 namespace {
 
+using config::Config;
+
 struct PlanFlags {
-  std::string config, model, kv_type, margin_bytes;
-  uint32_t context = 4096, parallel = 1;
-  double margin = 0.05, hop_ms = 0.5;
+  std::string config;
   std::vector<std::string> nodes;
-  bool head_cpu = false, json = false;
-  CLI::Option *context_opt = nullptr, *parallel_opt = nullptr, *margin_opt = nullptr, *hop_opt = nullptr;
+  bool head_cpu = false, json = false, declared = false;
 };
 
-// Options and nodes from the config file (if any), then the flags on top.
-void resolve(const PlanFlags& f, std::string* model, plan::PlanOptions* options, std::vector<plan::NodeSpec>* nodes) {
-  std::unique_ptr<plan::NodeSource> source;
-  if (!f.config.empty()) {
-    auto c = config::load_config(f.config);
-    if (!c.is_ok()) fail(c.status().message());
-    auto o = plan::plan_options_from_config(c.value());
-    if (!o.is_ok()) fail(o.status().message());
-    *options = o.value();
-    *model = c->model.path;
-    source = plan::node_source_from_config(c.value());
-    // Nodes whose memory the file does not declare are asked live, over the control channel.
-    if (dynamic_cast<plan::LiveNodeSource*>(source.get()) != nullptr) {
-      source = std::make_unique<gateway::LiveClusterSource>(c.value());
-    }
-  }
-  if (!f.model.empty()) *model = f.model;
-  if (model->empty()) fail("no model: give --model or [model] path in the config", 2);
-  if (f.context_opt->count() || f.config.empty()) options->memory.context = f.context;
-  if (f.parallel_opt->count() || f.config.empty()) options->memory.parallel = f.parallel;
-  if (f.margin_opt->count() || f.config.empty()) options->memory.margin_fraction = f.margin;
-  if (f.hop_opt->count() || f.config.empty()) options->hop_seconds = f.hop_ms / 1e3;
-  if (!f.kv_type.empty()) {
-    auto kv = plan::parse_kv_type(f.kv_type);
-    if (!kv.is_ok()) fail(kv.status().message(), 2);
-    options->memory.kv_type = kv.value();
-  }
-  if (!f.margin_bytes.empty()) {
-    auto b = parse_bytes(f.margin_bytes);
-    if (!b.is_ok()) fail(b.status().message(), 2);
-    options->memory.margin_bytes = b.value();
-  }
+// The nodes: --node flags, else the config's cluster asked live as `tandem serve` asks it, or its
+// declared figures with --declared.
+std::vector<plan::NodeSpec> resolve_nodes(const PlanFlags& f, const Config& c) {
+  std::vector<plan::NodeSpec> nodes;
   if (!f.nodes.empty()) {
     for (size_t i = 0; i < f.nodes.size(); ++i) {
       const auto kind = i == 0 && f.head_cpu ? plan::DeviceKind::cpu : plan::DeviceKind::gpu;
       auto n = plan::parse_node_flag(f.nodes[i], kind);
       if (!n.is_ok()) fail(n.status().message(), 2);
-      nodes->push_back(n.value());
+      nodes.push_back(n.value());
     }
-    return;
+    return nodes;
   }
-  if (!source) fail("no nodes: give --node NAME=MEM[@BW] (the head first) or -c tandem.toml", 2);
-  auto listed = source->nodes();
-  if (!listed.is_ok()) fail(listed.status().message());
-  *nodes = listed.value();
+  if (f.config.empty()) fail("no nodes: give --node NAME=MEM[@BW] (the head first) or -c tandem.toml", 2);
+  auto listed = f.declared ? plan::declared_nodes(c) : gateway::live_nodes(c);
+  if (!listed.is_ok()) {
+    std::string msg = listed.status().message();
+    if (!f.declared) msg += " (to plan from the memory the file declares, without asking: --declared)";
+    fail(msg, listed.status().code() == StatusCode::invalid_argument ? 2 : 1);
+  }
+  return listed.value();
+}
+
+void add_config_flags(ConfigFlags& f) {
+  f.value("-m,--model", "[model] path", [](Config& c) -> auto& { return c.model.path; }, "GGUF file (the first split of a split model)");
+  f.value("--context", "[model] context", [](Config& c) -> auto& { return c.model.context; }, "Tokens per sequence (default 4096)")
+      ->check(CLI::Range(1, 16777216));
+  f.value("--parallel", "[model] parallel", [](Config& c) -> auto& { return c.model.parallel; }, "Sequences served at once (default 1)")
+      ->check(CLI::Range(1, 256));
+  f.value("--kv-type", "[model] kv_type", [](Config& c) -> auto& { return c.model.kv_type; }, "KV cache type: f16 (default), q8_0, q4_0, ...");
+  f.parsed("--layers", "[model] layers", "Check a split by hand instead of choosing one: counts or ranges per node, head first",
+           [](const std::string& t, Config& c) {
+             auto l = config::parse_layers(t);
+             if (!l.is_ok()) return l.status();
+             c.model.layers = l.value();
+             return Status::ok();
+           })->type_name("SHARES");
+  f.value("--margin", "[plan] margin", [](Config& c) -> auto& { return c.plan.margin; },
+          "Fraction of each device's free memory held back (default 0.05)")->check(CLI::Range(0.0, 0.99));
+  f.parsed("--margin-bytes", "[plan] margin_bytes", "Bytes held back on each device on top (default 1GiB)",
+           [](const std::string& t, Config& c) {
+             auto b = parse_bytes(t, /*require_unit=*/true);
+             if (!b.is_ok()) return b.status();
+             c.plan.margin_bytes = b.value();
+             return Status::ok();
+           })->type_name("SIZE");
+  f.value("--hop-ms", "[plan] hop_ms", [](Config& c) -> auto& { return c.plan.hop_ms; },
+          "Link cost per cable crossing per token, ms (default 0.5)")->check(CLI::Range(0.0, 1e6));
 }
 
 void register_plan(CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Place a model's layers over the head and workers, and explain the memory it needs");
   static PlanFlags f;
-  cmd->add_option("-c,--config", f.config, "tandem.toml: model, context, parallel and nodes from the file");
-  cmd->add_option("-m,--model", f.model, "GGUF file (the first split of a split model)");
-  f.context_opt = cmd->add_option("--context", f.context, "Tokens per sequence (default 4096)");
-  f.parallel_opt = cmd->add_option("--parallel", f.parallel, "Sequences served at once (default 1)");
-  cmd->add_option("--kv-type", f.kv_type, "KV cache type: f16 (default), q8_0, q4_0, ...");
+  static ConfigFlags flags(cmd);
+  cmd->add_option("-c,--config", f.config,
+                  "tandem.toml: the model, its keys, and the cluster asked live as `tandem serve` asks it (the same plan)");
+  cmd->add_flag("--declared", f.declared, "With -c: plan from the memory the file declares, asking no one");
   cmd->add_option("--node", f.nodes, "NAME=MEM[@BW], e.g. box-a=128GiB@273GB/s; the first is the head (repeat)");
-  cmd->add_flag("--head-cpu", f.head_cpu, "The head's layers run on its CPU (no local GPU)");
-  f.margin_opt = cmd->add_option("--margin", f.margin, "Fraction of each device's free memory held back (default 0.05)");
-  cmd->add_option("--margin-bytes", f.margin_bytes, "Bytes held back on each device on top (default 1GiB)");
-  f.hop_opt = cmd->add_option("--hop-ms", f.hop_ms, "Link cost per cable crossing per token, ms (default 0.5)");
+  cmd->add_flag("--head-cpu", f.head_cpu, "With --node: the head's layers run on its CPU (no local GPU)");
   cmd->add_flag("--json", f.json, "Print the plan as JSON");
+  add_config_flags(flags);
   cmd->callback([] {
-    std::string model;
-    plan::PlanOptions options;
-    std::vector<plan::NodeSpec> nodes;
-    resolve(f, &model, &options, &nodes);
-    auto info = plan::read_model_info(model);
+    auto c = flags.resolve(f.config);
+    if (!c.is_ok()) fail(c.status().message(), 2);
+    if (c->model.path.empty()) fail("no model: give --model or [model] path in the config", 2);
+    auto options = plan::plan_options_from_config(c.value());
+    if (!options.is_ok()) fail(options.status().message(), 2);
+    const std::vector<plan::NodeSpec> nodes = resolve_nodes(f, c.value());
+    auto info = plan::read_model_info(c->model.path);
     if (!info.is_ok()) fail(info.status().message());
-    auto p = plan::make_plan(info.value(), nodes, options);
+    auto p = plan::make_plan(info.value(), nodes, options.value());
     if (!p.is_ok()) fail(p.status().message(), p.status().code() == StatusCode::invalid_argument ? 2 : 1);
     if (f.json) {
-      std::printf("%s\n", plan::plan_to_json(p.value(), info.value(), options).c_str());
+      std::printf("%s\n", plan::plan_to_json(p.value(), info.value(), options.value()).c_str());
     } else {
-      std::fputs(plan::format_plan(p.value(), info.value(), options).c_str(), stdout);
+      std::fputs(plan::format_plan(p.value(), info.value(), options.value()).c_str(), stdout);
     }
     std::fflush(stdout);
     if (!p->fits) {

@@ -1,9 +1,12 @@
 #include <atomic>
 #include <csignal>
-#include <optional>
 
 #include "cli/commands.h"
+#include "cli/config_flags.h"
+#include "common/log.h"
+#include "common/units.h"
 #include "gateway/serve.h"
+#include "plan/cluster.h"
 
 namespace tandem::cli {
 namespace {
@@ -11,79 +14,133 @@ namespace {
 std::atomic<bool> stop_requested{false};
 void on_signal(int) { stop_requested = true; }
 
-struct ServeFlags {
-  std::string config_path, model, secret_file, listen, keys_db;
-  std::vector<std::string> workers;
-  std::optional<uint32_t> context, parallel;
-  bool no_cuda_graphs = false;
-  gateway::ServeOptions options;
-};
+using config::Config;
 
-// Flags override the file; `--worker NAME=HOST:PORT` or `--worker HOST:PORT`.
-config::Config merged_config(const ServeFlags& f) {
-  config::Config c;
-  if (!f.config_path.empty()) {
-    auto loaded = config::load_config(f.config_path);
-    if (!loaded.is_ok()) fail(loaded.status().message(), 2);
-    c = loaded.value();
-  }
-  if (!f.model.empty()) c.model.path = f.model;
-  if (!f.secret_file.empty()) c.cluster.secret_file = f.secret_file;
-  if (!f.listen.empty()) c.server.listen = f.listen;
-  if (!f.keys_db.empty()) c.server.keys_db = f.keys_db;
-  if (f.context) c.model.context = *f.context;
-  if (f.parallel) c.model.parallel = *f.parallel;
-  if (!f.workers.empty()) c.workers.clear();
-  for (size_t i = 0; i < f.workers.size(); ++i) {
+// `--worker NAME=HOST:PORT` or `--worker HOST:PORT`; given at all, they replace the file's workers.
+Status apply_workers(const std::vector<std::string>& flags, Config& c) {
+  if (flags.empty()) return Status::ok();
+  c.workers.clear();
+  for (size_t i = 0; i < flags.size(); ++i) {
     config::WorkerConfig w;
-    const std::string& text = f.workers[i];
-    const size_t eq = text.find('=');
-    w.name = eq == std::string::npos ? "worker" + std::to_string(i + 1) : text.substr(0, eq);
-    w.address = eq == std::string::npos ? text : text.substr(eq + 1);
+    const size_t eq = flags[i].find('=');
+    w.name = eq == std::string::npos ? "worker" + std::to_string(i + 1) : flags[i].substr(0, eq);
+    w.address = eq == std::string::npos ? flags[i] : flags[i].substr(eq + 1);
+    for (const auto& other : c.workers) {
+      if (other.name == w.name) return Status::invalid_argument("--worker: the name '" + w.name + "' is given twice");
+      if (other.address == w.address) {
+        return Status::invalid_argument("--worker: " + w.address + " is given twice ('" + other.name + "' and '" + w.name + "')");
+      }
+    }
     c.workers.push_back(w);
   }
-  return c;
+  return Status::ok();
+}
+
+Status size_into(const std::string& text, std::optional<uint64_t>* out) {
+  auto b = parse_bytes(text, /*require_unit=*/true);
+  if (!b.is_ok()) return b.status();
+  *out = b.value();
+  return Status::ok();
+}
+
+// Every flag of serve is a key of tandem.toml (docs/config.md), bound here once.
+void add_config_flags(ConfigFlags& f) {
+  // [cluster]
+  f.value("--secret-file", "[cluster] secret_file", [](Config& c) -> auto& { return c.cluster.secret_file; },
+          "Cluster secret shared with the workers");
+  f.value("--head-name", "[cluster] head_name", [](Config& c) -> auto& { return c.cluster.head_name; },
+          "This machine's name in plans, reports and the workers' logs");
+  f.parsed("--head-memory", "[cluster] head_memory", "Most memory the model may use on this machine, e.g. 110GiB",
+           [](const std::string& t, Config& c) { return size_into(t, &c.cluster.head_memory); });
+  f.parsed("--head-bandwidth", "[cluster] head_bandwidth", "This machine's memory bandwidth, e.g. 273GB/s",
+           [](const std::string& t, Config& c) {
+             auto b = plan::parse_bandwidth(t);
+             if (!b.is_ok()) return b.status();
+             c.cluster.head_bandwidth = b.value();
+             return Status::ok();
+           })->type_name("BW");
+  f.value("--head-device", "[cluster] head_device", [](Config& c) -> auto& { return c.cluster.head_device; },
+          "Where this machine's layers run: gpu or cpu")->check(CLI::IsMember({"gpu", "cpu"}));
+  f.toggle("--backtraces", "[cluster] backtraces", [](Config& c) -> auto& { return c.cluster.backtraces; }, true,
+           "Let ggml print a gdb backtrace into the log when the engine aborts (debugging only)");
+  // [model]
+  f.value("-m,--model", "[model] path", [](Config& c) -> auto& { return c.model.path; }, "GGUF model file (the first split of a split model)");
+  f.value("--context", "[model] context", [](Config& c) -> auto& { return c.model.context; }, "Context tokens per sequence")
+      ->check(CLI::Range(1, 16777216));
+  f.value("--parallel", "[model] parallel", [](Config& c) -> auto& { return c.model.parallel; }, "Sequences served at once")
+      ->check(CLI::Range(1, 256));
+  f.value("--kv-type", "[model] kv_type", [](Config& c) -> auto& { return c.model.kv_type; }, "KV cache type: f16, q8_0, q4_0, ...");
+  f.parsed("--layers", "[model] layers",
+           "A split by hand, one share per node, head first: counts (1,2,1) or the ranges `tandem plan` prints (-,0-1,2-3)",
+           [](const std::string& t, Config& c) {
+             auto l = config::parse_layers(t);
+             if (!l.is_ok()) return l.status();
+             c.model.layers = l.value();
+             return Status::ok();
+           })->type_name("SHARES");
+  f.value("-t,--threads", "[model] threads", [](Config& c) -> auto& { return c.model.threads; }, "Engine CPU threads (0: one per physical core)")
+      ->check(CLI::Range(0, 4096));
+  f.toggle("--no-cuda-graphs", "[model] cuda_graphs", [](Config& c) -> auto& { return c.model.cuda_graphs; }, false,
+           "Turn CUDA graphs off in the engine");
+  f.value("--engine-flag", "[model] engine_flags", [](Config& c) -> auto& { return c.model.engine_flags; },
+          "Turn one of the engine's optimisations off, to measure what it saves, e.g. --engine-flag=--no-worker-input-slots "
+          "(one of: " + gateway::engine_flags_list() + "; see `tandem engine --help`); repeat for more")
+      ->allow_extra_args(false);
+  // [server]
+  f.value("--listen", "[server] listen", [](Config& c) -> auto& { return c.server.listen; }, "Address of the HTTP API");
+  f.value("--keys-db", "[server] keys_db", [](Config& c) -> auto& { return c.server.keys_db; }, "API key database (see `tandem keys`)");
+  f.toggle("--status-page-public", "[server] status_page_public", [](Config& c) -> auto& { return c.server.status_page_public; },
+           true, "Show the status page's figures and /health's details without an API key");
+  f.value("--model-id", "[server] model_id", [](Config& c) -> auto& { return c.server.model_id; },
+          "Model name clients pass as `model` (default: the file name without .gguf)");
+  f.toggle("--insecure-no-auth", "[server] insecure_no_auth", [](Config& c) -> auto& { return c.server.insecure_no_auth; }, true,
+           "Serve the API without API keys (logged as a warning)");
+  f.value("--max-in-flight", "[server] max_in_flight", [](Config& c) -> auto& { return c.server.max_in_flight; },
+          "Generation requests admitted at once; more get 503")->check(CLI::Range(1, 100000));
+  f.value("--canary-interval", "[server] canary_interval", [](Config& c) -> auto& { return c.server.canary_interval_s; },
+          "Seconds between idle one-token canary generations")->check(CLI::Range(1, 86400));
+  f.value("--drain-timeout", "[server] drain_timeout", [](Config& c) -> auto& { return c.server.drain_timeout_s; },
+          "On SIGTERM, seconds in-flight requests may finish")->check(CLI::Range(0, 3600));
+  f.value("--log-format", "[server] log_format", [](Config& c) -> auto& { return c.server.log_format; },
+          "Log lines as readable text or one JSON object per line")->check(CLI::IsMember({"text", "json"}));
+  // [plan]
+  f.value("--margin", "[plan] margin", [](Config& c) -> auto& { return c.plan.margin; }, "Fraction of each device's free memory held back")
+      ->check(CLI::Range(0.0, 0.99));
+  f.parsed("--margin-bytes", "[plan] margin_bytes", "Bytes held back on each device on top, e.g. 1GiB",
+           [](const std::string& t, Config& c) {
+             std::optional<uint64_t> v;
+             TANDEM_RETURN_IF_ERROR(size_into(t, &v));
+             c.plan.margin_bytes = *v;
+             return Status::ok();
+           })->type_name("SIZE");
+  f.value("--hop-ms", "[plan] hop_ms", [](Config& c) -> auto& { return c.plan.hop_ms; }, "Link cost per cable crossing per token, ms")
+      ->check(CLI::Range(0.0, 1e6));
 }
 
 void register_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve the model across the cluster: the OpenAI-compatible API, with keys, health and metrics");
-  static ServeFlags f;
-  cmd->add_option("-c,--config", f.config_path, "tandem.toml (docs/config.md); the flags below override it");
-  cmd->add_option("-m,--model", f.model, "GGUF model file ([model] path)");
-  cmd->add_option("--worker", f.workers, "A worker, NAME=HOST:PORT or HOST:PORT, in layer order; repeat for more ([[worker]])");
-  cmd->add_option("--secret-file", f.secret_file, "Cluster secret shared with the workers ([cluster] secret_file)");
-  cmd->add_option("--listen", f.listen, "Address of the HTTP API ([server] listen, default 127.0.0.1:8080)");
-  cmd->add_option("--keys-db", f.keys_db, "API key database ([server] keys_db; see `tandem keys`)");
-  cmd->add_option("--context", f.context, "Context tokens per sequence ([model] context)");
-  cmd->add_option("--parallel", f.parallel, "Sequences served at once ([model] parallel)");
-  cmd->add_option("--model-id", f.options.model_id, "Model name clients pass as `model` (default: the file name)");
-  cmd->add_option("--layers", f.options.layers, "Layers per node, head first (e.g. 1,2,1), instead of the planner's choice")->delimiter(',');
-  cmd->add_flag("--insecure-no-auth", f.options.insecure_no_auth, "Serve the API without API keys (logged as a warning)");
-  cmd->add_option("--canary-interval", f.options.canary_interval_s, "Seconds between idle one-token canary generations")
-      ->capture_default_str()->check(CLI::Range(1, 86400));
-  cmd->add_option("--drain-timeout", f.options.drain_timeout_s, "On SIGTERM, seconds in-flight requests may finish")
-      ->capture_default_str()->check(CLI::Range(0, 3600));
-  cmd->add_option("--max-in-flight", f.options.max_in_flight, "Generation requests admitted at once; more get 503")
-      ->capture_default_str()->check(CLI::Range(1, 100000));
-  cmd->add_option("-t,--threads", f.options.threads, "Engine CPU threads (0: one per physical core)")->capture_default_str();
-  cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine");
-  cmd->add_option("--engine-flag", f.options.engine_flags,
-                  "Turn one of the engine's optimisations off, to measure what it saves, e.g. "
-                  "--engine-flag=--no-worker-input-slots (one of: " + gateway::engine_flags_list() +
-                      "; see `tandem engine --help`); repeat for more")
-      ->allow_extra_args(false)
-      ->each([](const std::string& flag) {
-        if (Status s = gateway::check_engine_flags({flag}); !s.is_ok()) fail(s.message(), 2);
-      });
-  add_log_format_option(cmd);
+  static std::string config_path;
+  static std::vector<std::string> workers;
+  static ConfigFlags flags(cmd);
+  cmd->add_option("-c,--config", config_path, "tandem.toml (docs/config.md); every flag below overrides one of its keys");
+  cmd->add_option("--worker", workers,
+                  "A worker, NAME=HOST:PORT or HOST:PORT, in layer order; repeat for more (replaces the file's [[worker]] tables)");
+  add_config_flags(flags);
   cmd->callback([] {
-    f.options.config = merged_config(f);
-    f.options.cuda_graphs = !f.no_cuda_graphs;
+    auto c = flags.resolve(config_path);
+    if (!c.is_ok()) fail(c.status().message(), 2);
+    if (Status s = apply_workers(workers, c.value()); !s.is_ok()) fail(s.message(), 2);
+    if (Status s = gateway::check_engine_flags(c->model.engine_flags); !s.is_ok()) fail(s.message(), 2);
+    log::set_format(log::parse_format(c->server.log_format).value());
+    gateway::ServeOptions options;
+    options.config = c.value();
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
     std::signal(SIGPIPE, SIG_IGN);
-    Status s = gateway::run_serve(f.options, stop_requested);
-    if (!s.is_ok()) fail(s.message());
+    Status s = gateway::run_serve(options, stop_requested);
+    // A bad configuration exits 2, which the units' RestartPreventExitStatus does not restart.
+    const bool config_error = s.code() == StatusCode::invalid_argument || s.code() == StatusCode::not_found;
+    if (!s.is_ok()) fail(s.message(), config_error ? 2 : 1);
   });
 }
 

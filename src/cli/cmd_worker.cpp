@@ -37,7 +37,7 @@ void run_worker_command(const WorkerFlags& f) {
   o.rpc.private_netns = !f.no_netns;
   if (!f.cache_max.empty()) {
     if (f.cache_dir.empty()) fail("--cache-max-size needs --cache-dir", 2);
-    auto b = parse_bytes(f.cache_max);
+    auto b = parse_bytes(f.cache_max, /*require_unit=*/true);
     if (!b.is_ok()) fail("--cache-max-size: " + b.status().message(), 2);
     o.cache_max_bytes = b.value();
   }

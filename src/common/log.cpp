@@ -1,12 +1,14 @@
 #include "common/log.h"
 
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <mutex>
+#include <thread>
 
 namespace tandem::log {
 namespace {
@@ -154,6 +156,24 @@ void write(Level level, std::string_view component, std::string_view msg, const 
   std::lock_guard<std::mutex> lock(mutex);
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
+}
+
+void relay_lines_as_records(int fd, int out_fd, std::string component) {
+  std::thread([fd, out_fd, component = std::move(component)] {
+    std::string pending;
+    char buf[4096];
+    auto emit = [&](const std::string& line) {
+      if (line.empty()) return;
+      const std::string rec = (line.compare(0, 2, "{\"") == 0 ? line : render(Format::json, timestamp_now(), Level::info, component, line, {})) + "\n";
+      (void)!::write(out_fd, rec.data(), rec.size());
+    };
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) {
+      pending.append(buf, static_cast<size_t>(n));
+      for (size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) emit(pending.substr(0, nl));
+    }
+    emit(pending);  // a last line without its newline (a process that died mid-line)
+    ::close(fd);
+  }).detach();
 }
 
 }  // namespace tandem::log

@@ -42,6 +42,12 @@ inline void error(std::string_view component, std::string_view msg, const Fields
   write(Level::error, component, msg, fields);
 }
 
+// Reads lines from `fd` until its end and writes each to `out_fd` as a record of `component` (a
+// line that is a JSON record already passes unchanged), on a detached thread that closes `fd`
+// when done. For output that tandem does not write itself (ggml's prints, a child's abort
+// message), so that JSON logs stay one record per line.
+void relay_lines_as_records(int fd, int out_fd, std::string component);
+
 // Now, as records show it: "2026-12-02T10:20:33.125Z".
 std::string timestamp_now();
 

@@ -36,7 +36,7 @@ std::string format_count(double count) {
   return buf;
 }
 
-Result<uint64_t> parse_bytes(const std::string& text) {
+Result<uint64_t> parse_bytes(const std::string& text, bool require_unit) {
   const char* p = text.c_str();
   char* end = nullptr;
   double value = std::strtod(p, &end);
@@ -46,6 +46,10 @@ Result<uint64_t> parse_bytes(const std::string& text) {
   std::string unit;
   for (const char* q = end; *q; ++q) {
     if (!std::isspace(static_cast<unsigned char>(*q))) unit += static_cast<char>(std::toupper(*q));
+  }
+  if (unit.empty() && require_unit && value != 0) {
+    return Status::invalid_argument("'" + text + "' has no unit: write e.g. " + text + "GiB or " + text +
+                                    "GB (B for a count of bytes)");
   }
   double mult = 1;
   if (unit.empty() || unit == "B") mult = 1;

@@ -1,5 +1,7 @@
 #include "config/config.h"
 
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -18,7 +20,15 @@ class TableReader {
 
   TableReader(std::string source, std::string table) : source_(std::move(source)), table_(std::move(table)) {}
 
-  void on(const std::string& key, Handler h) { handlers_[key] = std::move(h); }
+  void on(const std::string& key, Handler h) {
+    if (handlers_.emplace(key, std::move(h)).second) order_.push_back(key);
+  }
+  // "[table] key" for each key, in the order they were added.
+  std::vector<std::string> keys() const {
+    std::vector<std::string> out;
+    for (const std::string& k : order_) out.push_back(table_ + " " + k);
+    return out;
+  }
 
   Status read(const toml::table& t) const {
     for (const auto& [key, node] : t) {
@@ -43,6 +53,7 @@ class TableReader {
 
   std::string source_, table_;
   std::map<std::string, Handler> handlers_;
+  std::vector<std::string> order_;
 };
 
 TableReader::Handler string_into(std::string* out) {
@@ -73,7 +84,7 @@ TableReader::Handler bytes_into(std::optional<uint64_t>* out) {
       return Status::ok();
     }
     if (!n.is_string()) return Status::invalid_argument("expected a size such as \"128GiB\"");
-    auto b = parse_bytes(n.as_string()->get());
+    auto b = parse_bytes(n.as_string()->get(), /*require_unit=*/true);
     if (!b.is_ok()) return b.status();
     *out = b.value();
     return Status::ok();
@@ -86,9 +97,72 @@ TableReader::Handler bandwidth_into(std::optional<double>* out) {
     if (!n.is_string()) return Status::invalid_argument("expected a bandwidth such as \"273GB/s\"");
     std::string t = n.as_string()->get();
     if (t.size() > 2 && (t.substr(t.size() - 2) == "/s" || t.substr(t.size() - 2) == "/S")) t.resize(t.size() - 2);
-    auto b = parse_bytes(t);
+    auto b = parse_bytes(t, /*require_unit=*/true);
     if (!b.is_ok() || b.value() == 0) return Status::invalid_argument("'" + n.as_string()->get() + "' is not a bandwidth (e.g. 273GB/s)");
     *out = static_cast<double>(b.value());
+    return Status::ok();
+  };
+}
+
+TableReader::Handler int_into(int* out, int min, int max) {
+  return [out, min, max](const toml::node& n) {
+    if (!n.is_integer()) return Status::invalid_argument("expected an integer");
+    const int64_t v = n.as_integer()->get();
+    if (v < min || v > max) {
+      return Status::invalid_argument("must be in " + std::to_string(min) + ".." + std::to_string(max) + ", got " + std::to_string(v));
+    }
+    *out = static_cast<int>(v);
+    return Status::ok();
+  };
+}
+
+TableReader::Handler one_of_into(std::string* out, std::vector<std::string> allowed) {
+  return [out, allowed](const toml::node& n) -> Status {
+    std::string names;
+    for (const std::string& a : allowed) names += (names.empty() ? "\"" : ", \"") + a + "\"";
+    if (!n.is_string()) return Status::invalid_argument("expected one of " + names);
+    for (const std::string& a : allowed) {
+      if (n.as_string()->get() == a) {
+        *out = a;
+        return Status::ok();
+      }
+    }
+    return Status::invalid_argument("expected one of " + names + ", got \"" + n.as_string()->get() + "\"");
+  };
+}
+
+TableReader::Handler strings_into(std::vector<std::string>* out) {
+  return [out](const toml::node& n) -> Status {
+    if (!n.is_array()) return Status::invalid_argument("expected an array of strings");
+    out->clear();
+    for (const toml::node& e : *n.as_array()) {
+      if (!e.is_string()) return Status::invalid_argument("expected an array of strings");
+      out->push_back(e.as_string()->get());
+    }
+    return Status::ok();
+  };
+}
+
+// A hand split: "1,2,1", "-,0-1,2-3", or an array of counts and range strings.
+TableReader::Handler layers_into(std::vector<LayerShare>* out) {
+  return [out](const toml::node& n) -> Status {
+    std::string text;
+    if (n.is_string()) {
+      text = n.as_string()->get();
+    } else if (n.is_array()) {
+      for (const toml::node& e : *n.as_array()) {
+        std::string part;
+        if (e.is_integer()) part = std::to_string(e.as_integer()->get());
+        else if (e.is_string()) part = e.as_string()->get();
+        else return Status::invalid_argument("expected layer counts or ranges such as \"0-29\"");
+        text += (text.empty() ? "" : ",") + part;
+      }
+    } else {
+      return Status::invalid_argument("expected layer counts or ranges, e.g. [30, 32] or \"0-29,30-61\"");
+    }
+    auto l = parse_layers(text);
+    if (!l.is_ok()) return l.status();
+    *out = l.value();
     return Status::ok();
   };
 }
@@ -115,24 +189,18 @@ TableReader::Handler number_into(double* out, double min, double max) {
   };
 }
 
-Status read_cluster(const std::string& src, const toml::table& t, ClusterConfig* c) {
+TableReader cluster_reader(const std::string& src, ClusterConfig* c) {
   TableReader r(src, "[cluster]");
   r.on("secret_file", string_into(&c->secret_file));
   r.on("head_name", string_into(&c->head_name));
   r.on("head_memory", bytes_into(&c->head_memory));
   r.on("head_bandwidth", bandwidth_into(&c->head_bandwidth));
-  r.on("head_device", [c](const toml::node& n) -> Status {
-    if (!n.is_string() || (n.as_string()->get() != "gpu" && n.as_string()->get() != "cpu")) {
-      return Status::invalid_argument("expected \"gpu\" or \"cpu\"");
-    }
-    c->head_device = n.as_string()->get();
-    return Status::ok();
-  });
-  return r.read(t);
+  r.on("head_device", one_of_into(&c->head_device, {"gpu", "cpu"}));
+  r.on("backtraces", bool_into(&c->backtraces));
+  return r;
 }
 
-Status read_worker(const std::string& src, const toml::table& t, WorkerConfig* w) {
-  w->line = static_cast<int>(t.source().begin.line);
+TableReader worker_reader(const std::string& src, WorkerConfig* w) {
   TableReader r(src, "[[worker]]");
   r.on("name", string_into(&w->name));
   r.on("address", string_into(&w->address));
@@ -141,31 +209,42 @@ Status read_worker(const std::string& src, const toml::table& t, WorkerConfig* w
   r.on("listen", string_into(&w->listen));
   r.on("cache_dir", string_into(&w->cache_dir));
   r.on("cache_max_size", bytes_into(&w->cache_max_size));
-  TANDEM_RETURN_IF_ERROR(r.read(t));
-  const std::string at = src + ":" + std::to_string(w->line) + ": [[worker]]";
-  if (w->name.empty()) return Status::invalid_argument(at + " name: missing");
-  if (w->address.empty()) return Status::invalid_argument(at + " '" + w->name + "' address: missing (host:port)");
-  return Status::ok();
+  r.on("devices", strings_into(&w->devices));
+  r.on("threads", int_into(&w->threads, 0, 4096));
+  r.on("cuda_graphs", bool_into(&w->cuda_graphs));
+  r.on("private_netns", bool_into(&w->private_netns));
+  r.on("log_format", one_of_into(&w->log_format, {"text", "json"}));
+  return r;
 }
 
-Status read_model(const std::string& src, const toml::table& t, ModelConfig* m) {
+TableReader model_reader(const std::string& src, ModelConfig* m) {
   TableReader r(src, "[model]");
   r.on("path", string_into(&m->path));
   r.on("context", count_into(&m->context, 1, 16777216));
   r.on("parallel", count_into(&m->parallel, 1, 256));
   r.on("kv_type", string_into(&m->kv_type));
-  return r.read(t);
+  r.on("layers", layers_into(&m->layers));
+  r.on("threads", int_into(&m->threads, 0, 4096));
+  r.on("cuda_graphs", bool_into(&m->cuda_graphs));
+  r.on("engine_flags", strings_into(&m->engine_flags));
+  return r;
 }
 
-Status read_server(const std::string& src, const toml::table& t, ServerConfig* s) {
+TableReader server_reader(const std::string& src, ServerConfig* s) {
   TableReader r(src, "[server]");
   r.on("listen", string_into(&s->listen));
   r.on("keys_db", string_into(&s->keys_db));
   r.on("status_page_public", bool_into(&s->status_page_public));
-  return r.read(t);
+  r.on("model_id", string_into(&s->model_id));
+  r.on("insecure_no_auth", bool_into(&s->insecure_no_auth));
+  r.on("max_in_flight", int_into(&s->max_in_flight, 1, 100000));
+  r.on("canary_interval", int_into(&s->canary_interval_s, 1, 86400));
+  r.on("drain_timeout", int_into(&s->drain_timeout_s, 0, 3600));
+  r.on("log_format", one_of_into(&s->log_format, {"text", "json"}));
+  return r;
 }
 
-Status read_plan(const std::string& src, const toml::table& t, PlanConfig* p) {
+TableReader plan_reader(const std::string& src, PlanConfig* p) {
   TableReader r(src, "[plan]");
   r.on("margin", number_into(&p->margin, 0, 0.99));
   r.on("margin_bytes", [p](const toml::node& n) -> Status {
@@ -175,7 +254,16 @@ Status read_plan(const std::string& src, const toml::table& t, PlanConfig* p) {
     return Status::ok();
   });
   r.on("hop_ms", number_into(&p->hop_ms, 0, 1e6));
-  return r.read(t);
+  return r;
+}
+
+Status read_worker(const std::string& src, const toml::table& t, WorkerConfig* w) {
+  w->line = static_cast<int>(t.source().begin.line);
+  TANDEM_RETURN_IF_ERROR(worker_reader(src, w).read(t));
+  const std::string at = src + ":" + std::to_string(w->line) + ": [[worker]]";
+  if (w->name.empty()) return Status::invalid_argument(at + " name: missing");
+  if (w->address.empty()) return Status::invalid_argument(at + " '" + w->name + "' address: missing (host:port)");
+  return Status::ok();
 }
 
 Status read_root(const std::string& src, const toml::table& root, Config* c) {
@@ -190,10 +278,10 @@ Status read_root(const std::string& src, const toml::table& root, Config* c) {
     if (!s.is_ok()) inner = s;
     return s.is_ok() ? Status::ok() : Status::invalid_argument("");
   };
-  r.on("cluster", [&](const toml::node& n) { return keep(table(n, [&](const toml::table& t) { return read_cluster(src, t, &c->cluster); })); });
-  r.on("model", [&](const toml::node& n) { return keep(table(n, [&](const toml::table& t) { return read_model(src, t, &c->model); })); });
-  r.on("server", [&](const toml::node& n) { return keep(table(n, [&](const toml::table& t) { return read_server(src, t, &c->server); })); });
-  r.on("plan", [&](const toml::node& n) { return keep(table(n, [&](const toml::table& t) { return read_plan(src, t, &c->plan); })); });
+  r.on("cluster", [&](const toml::node& n) { return keep(table(n, [&](const toml::table& t) { return cluster_reader(src, &c->cluster).read(t); })); });
+  r.on("model", [&](const toml::node& n) { return keep(table(n, [&](const toml::table& t) { return model_reader(src, &c->model).read(t); })); });
+  r.on("server", [&](const toml::node& n) { return keep(table(n, [&](const toml::table& t) { return server_reader(src, &c->server).read(t); })); });
+  r.on("plan", [&](const toml::node& n) { return keep(table(n, [&](const toml::table& t) { return plan_reader(src, &c->plan).read(t); })); });
   r.on("worker", [&](const toml::node& n) -> Status {
     if (!n.is_array_of_tables()) return Status::invalid_argument("expected [[worker]] tables");
     for (const toml::node& w : *n.as_array()) {
@@ -203,6 +291,12 @@ Status read_root(const std::string& src, const toml::table& root, Config* c) {
         if (other.name == wc.name) {
           return keep(Status::invalid_argument(src + ":" + std::to_string(wc.line) + ": [[worker]] name: '" + wc.name +
                                                "' is used twice (first on line " + std::to_string(other.line) + ")"));
+        }
+        // Two entries for one listener would make the head hold two sessions with one worker.
+        if (other.address == wc.address) {
+          return keep(Status::invalid_argument(src + ":" + std::to_string(wc.line) + ": [[worker]] address: '" + wc.address +
+                                               "' of '" + wc.name + "' is also the address of '" + other.name + "' (line " +
+                                               std::to_string(other.line) + "): one worker, one entry"));
         }
       }
       c->workers.push_back(wc);
@@ -236,8 +330,71 @@ Result<Config> load_config(const std::string& path) {
   text << in.rdbuf();
   if (in.bad()) return Status::invalid_argument(path + ": cannot read the config file");
   auto c = parse_config(text.str(), path);
-  if (c.is_ok()) c->path = path;
+  if (!c.is_ok()) return c;
+  c->path = path;
+  const std::filesystem::path base = std::filesystem::absolute(path).parent_path();
+  auto resolve = [&base](std::string* p) {
+    if (!p->empty() && (*p)[0] != '/') *p = (base / *p).lexically_normal().string();
+  };
+  resolve(&c->cluster.secret_file);
+  resolve(&c->model.path);
+  resolve(&c->server.keys_db);
+  for (WorkerConfig& w : c->workers) resolve(&w.cache_dir);
   return c;
+}
+
+std::vector<std::string> known_keys() {
+  Config c;
+  WorkerConfig w;
+  std::vector<std::string> out;
+  for (const TableReader& r : {cluster_reader("", &c.cluster), worker_reader("", &w), model_reader("", &c.model),
+                               server_reader("", &c.server), plan_reader("", &c.plan)}) {
+    const auto keys = r.keys();
+    out.insert(out.end(), keys.begin(), keys.end());
+  }
+  return out;
+}
+
+Result<std::vector<LayerShare>> parse_layers(const std::string& text) {
+  std::vector<LayerShare> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    part.erase(0, part.find_first_not_of(' '));
+    part.erase(part.find_last_not_of(' ') + 1);
+    const std::string where = "layers '" + text + "': '" + part + "'";
+    LayerShare share;
+    int a = 0, b = 0, used = 0;
+    if (part == "-") {
+      share.count = 0;
+      share.first = 0;  // a range, empty
+    } else if (std::sscanf(part.c_str(), "%d-%d%n", &a, &b, &used) == 2 && used == static_cast<int>(part.size())) {
+      if (a < 0 || b < a) return Status::invalid_argument(where + " is not a range A-B with 0 <= A <= B");
+      share.first = a;
+      share.count = b - a + 1;
+    } else if (std::sscanf(part.c_str(), "%d%n", &a, &used) == 1 && used == static_cast<int>(part.size())) {
+      if (a < 0) return Status::invalid_argument(where + ": a count must not be negative");
+      share.count = a;
+    } else {
+      return Status::invalid_argument(where + " is neither a layer count, a range A-B nor '-' (one entry per node, head first)");
+    }
+    out.push_back(share);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string format_layers(const std::vector<LayerShare>& layers) {
+  std::string s;
+  for (const LayerShare& l : layers) {
+    std::string part = l.first < 0 ? std::to_string(l.count)
+                       : l.count == 0 ? "-"
+                                      : std::to_string(l.first) + "-" + std::to_string(l.first + l.count - 1);
+    s += (s.empty() ? "" : ",") + part;
+  }
+  return s;
 }
 
 }  // namespace tandem::config

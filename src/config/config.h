@@ -15,12 +15,27 @@
 
 namespace tandem::config {
 
+// One node's share of a hand-made split ([model] layers, `tandem serve --layers`): a count of
+// layers, or the range A-B that `tandem plan` prints ("-": none).
+struct LayerShare {
+  int count = 0;
+  int first = -1;                         // the range's first layer; -1 when given as a count ("-": 0)
+  bool operator==(const LayerShare&) const = default;
+};
+
+// Parses one share per node, head first, separated by commas: counts ("1,2,1"), ranges as `tandem
+// plan` prints them ("-,0-1,2-3"), or both. Errors name the part that is wrong.
+Result<std::vector<LayerShare>> parse_layers(const std::string& text);
+// The shares as parse_layers reads them back ("1,0-1,-").
+std::string format_layers(const std::vector<LayerShare>& layers);
+
 struct ClusterConfig {
   std::string secret_file;                // shared by head and workers
   std::string head_name = "head";         // how plans and reports name this machine
   std::optional<uint64_t> head_memory;    // bytes the model may use on the head (dry-run plans)
   std::optional<double> head_bandwidth;   // bytes per second
   std::string head_device = "gpu";        // "gpu" (GPU or unified memory) or "cpu" (layers on the CPU)
+  bool backtraces = false;                // ggml's gdb backtraces in the engine's and RPC servers' logs
 };
 
 struct WorkerConfig {
@@ -32,6 +47,11 @@ struct WorkerConfig {
   std::string listen;                     // address the worker binds; "" = 0.0.0.0 and the port of `address`
   std::string cache_dir;                  // its weight cache folder; "" = none
   std::optional<uint64_t> cache_max_size; // bound of that folder
+  std::vector<std::string> devices;       // ggml devices it serves; empty = every GPU, else the CPU
+  int threads = 0;                        // CPU threads of its RPC server; 0 = one per physical core
+  bool cuda_graphs = true;
+  bool private_netns = true;              // its RPC server in a private network namespace
+  std::string log_format = "text";        // "text" or "json"
   int line = 0;                           // where the [[worker]] table starts, for messages
 };
 
@@ -40,12 +60,22 @@ struct ModelConfig {
   uint32_t context = 4096;                // tokens per sequence
   uint32_t parallel = 1;                  // sequences served at once
   std::string kv_type = "f16";            // KV cache type
+  std::vector<LayerShare> layers;         // a hand-made split, one share per node; empty = the planner's
+  int threads = 0;                        // the engine's CPU threads; 0 = one per physical core
+  bool cuda_graphs = true;
+  std::vector<std::string> engine_flags;  // tandem-engine switches serve passes on (serve.h kEngineFlags)
 };
 
 struct ServerConfig {
   std::string listen = "127.0.0.1:8080";
   std::string keys_db;
   bool status_page_public = false;        // the status page at / (and /status.json) without a key
+  std::string model_id;                   // the name clients pass as `model`; "" = the file name
+  bool insecure_no_auth = false;          // the API without keys (logged as a warning)
+  int max_in_flight = 64;                 // generation requests admitted at once; beyond: 503
+  int canary_interval_s = 30;             // seconds between idle one-token canaries
+  int drain_timeout_s = 30;               // on SIGTERM, how long requests in flight may finish
+  std::string log_format = "text";        // "text" or "json"
 };
 
 struct PlanConfig {
@@ -64,10 +94,16 @@ struct Config {
 };
 
 // Reads and validates `path`. Errors: the file is missing or unreadable, TOML syntax (with line
-// and column), a wrong type or value (with line and key), an unknown key or table.
+// and column), a wrong type or value (with line and key), an unknown key or table, two workers with
+// one name or one address. Relative paths in the file (secret_file, model path, keys_db,
+// cache_dir) are resolved against the file's folder, so a unit or another working directory
+// finds the same files.
 Result<Config> load_config(const std::string& path);
 
 // The same for text already in memory; `source` names it in messages.
 Result<Config> parse_config(const std::string& text, const std::string& source = "config");
+
+// Every key this version knows, as "[table] key" ("[[worker]] memory"), in the order of docs/config.md.
+std::vector<std::string> known_keys();
 
 }  // namespace tandem::config

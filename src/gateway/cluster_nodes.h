@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -13,27 +14,27 @@
 
 namespace tandem::gateway {
 
-// The head from its own devices (its GPUs, else its CPU); [cluster] head_memory/bandwidth override.
+// The head from its own devices (its GPUs, else its CPU); [cluster] head_memory caps their free
+// memory, head_bandwidth sets their bandwidth.
 plan::NodeSpec head_node(const config::Config& c);
 
 // A worker as the planner sees it, from its control-channel `status`: the devices its RPC server
-// offers (the GPUs, else the CPU), each an offload device for the head.
+// offers (the GPUs, else the CPU), each an offload device for the head, their free memory capped
+// by the [[worker]] memory.
 plan::NodeSpec node_from_status(const config::WorkerConfig& w, const nlohmann::json& status);
+
+// Hears each answer and each failure while query_workers asks a worker: its name and the outcome.
+using WorkerAttempt = std::function<void(const std::string& name, const Status& outcome)>;
 
 // Asks each worker of `c` for its devices: the ones its RPC server offers (the GPUs, else the CPU).
 // With `wait_until`, unreachable workers are retried until it becomes true; without, the first
-// failure is the error (naming the worker). A refused secret or version never waits.
+// failure is the error (naming the worker). A refused secret or version never waits. `on_attempt`
+// (may be empty) is called after every try.
 Result<std::vector<plan::NodeSpec>> query_workers(const config::Config& c, const link::Secret& secret,
-                                                  const std::atomic<bool>* wait_until);
+                                                  const std::atomic<bool>* wait_until, const WorkerAttempt& on_attempt = {});
 
-// A NodeSource for `tandem plan -c`: the head and the live workers, asked once.
-class LiveClusterSource : public plan::NodeSource {
- public:
-  explicit LiveClusterSource(config::Config config) : config_(std::move(config)) {}
-  Result<std::vector<plan::NodeSpec>> nodes() override;
-
- private:
-  const config::Config config_;
-};
+// The head and every worker, asked once, as `tandem serve` would plan them (`tandem plan -c`).
+// Errors name the worker that could not be asked.
+Result<std::vector<plan::NodeSpec>> live_nodes(const config::Config& config);
 
 }  // namespace tandem::gateway

@@ -30,46 +30,6 @@ namespace {
 
 void log(const std::string& line) { log::info("serve", line); }
 
-// Replaces the solver's split with one layer count per node (head first). Each worker must offer
-// one device; the head's share goes to its GPU when it has one, else to its CPU.
-Status apply_explicit_layers(const std::vector<int>& layers, const std::vector<plan::NodeSpec>& nodes, uint32_t n_layer,
-                             plan::Plan* p) {
-  if (layers.size() != nodes.size()) {
-    return Status::invalid_argument("--layers gives " + std::to_string(layers.size()) + " counts for " +
-                                    std::to_string(nodes.size()) + " nodes (the head, then each worker)");
-  }
-  int total = 0;
-  for (int n : layers) {
-    if (n < 0) return Status::invalid_argument("--layers: counts must not be negative");
-    total += n;
-  }
-  if (total != static_cast<int>(n_layer)) {
-    return Status::invalid_argument("--layers covers " + std::to_string(total) + " layers, the model has " + std::to_string(n_layer));
-  }
-  plan::LlamaSplit split;
-  const plan::NodeSpec& head = nodes[0];
-  const bool head_gpu = !head.devices.empty() && head.devices[0].kind == plan::DeviceKind::gpu;
-  if (head_gpu && head.devices.size() > 1) return Status::invalid_argument("--layers: the head has several GPUs; let the planner place them");
-  if (!head_gpu) split.cpu_layers = layers[0];
-  for (size_t i = 1; i < nodes.size(); ++i) {
-    if (nodes[i].devices.size() != 1) return Status::invalid_argument("--layers: worker " + nodes[i].name + " offers several devices");
-    if (!head_gpu && layers[i] == 0 && i + 1 == nodes.size()) {
-      return Status::invalid_argument("--layers: the last worker must hold layers (it gets the output head)");
-    }
-    split.device_layers.push_back(layers[i]);
-    split.rpc_nodes.push_back(nodes[i].name);
-  }
-  // A GPU head runs the last layers and the output head, after the workers (plan/solver.h).
-  if (head_gpu) {
-    split.use_local_gpus = true;
-    split.workers_first = !split.rpc_nodes.empty();
-    split.device_layers.insert(split.workers_first ? split.device_layers.end() : split.device_layers.begin(), layers[0]);
-  }
-  p->split = split;
-  p->fits = true;
-  return Status::ok();
-}
-
 std::string default_model_id(const std::string& path) {
   std::string name = path.substr(path.find_last_of('/') + 1);
   if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
@@ -87,8 +47,8 @@ std::string engine_flags_list() {
 Status check_engine_flags(const std::vector<std::string>& flags) {
   for (const std::string& f : flags) {
     if (std::find(kEngineFlags.begin(), kEngineFlags.end(), f) != kEngineFlags.end()) continue;
-    return Status::invalid_argument("--engine-flag: '" + f + "' is not one serve passes on to the engine; these are: " +
-                                    engine_flags_list());
+    return Status::invalid_argument("'" + f + "' is not an engine flag serve passes on to the engine; these are: " +
+                                    engine_flags_list() + " ([model] engine_flags, --engine-flag)");
   }
   return Status::ok();
 }
@@ -99,54 +59,98 @@ std::vector<std::string> engine_flags_for(const plan::LlamaSplit& split, std::ve
   return flags;
 }
 
+namespace {
+
+// What /health and the status page say while serve asks the workers, before there is a plan:
+// each worker waited for, and why it has not answered.
+class StartupTracker {
+ public:
+  explicit StartupTracker(const config::Config& c) {
+    for (const auto& w : c.workers) workers_.push_back({{"name", w.name}, {"address", w.address}, {"state", "waiting"}, {"last_error", ""}});
+  }
+  void set_phase(const std::string& phase) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    phase_ = phase;
+  }
+  void attempt(const std::string& name, const Status& outcome) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& w : workers_) {
+      if (w["name"] != name) continue;
+      w["state"] = outcome.is_ok() ? "answered" : "waiting";
+      w["last_error"] = outcome.is_ok() ? "" : outcome.message();
+    }
+    if (!outcome.is_ok()) phase_ = "waiting for worker " + name;
+  }
+  HealthReport report() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    HealthReport h;
+    h.state = "starting";
+    h.accepting = false;
+    std::string last_error;
+    for (const auto& w : workers_) {
+      if (last_error.empty()) last_error = w["last_error"].get<std::string>();
+    }
+    h.detail = {{"phase", phase_}, {"nodes", workers_}, {"last_error", last_error}};
+    return h;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::string phase_ = "starting";  // guarded by mutex_
+  nlohmann::json workers_ = nlohmann::json::array();  // guarded by mutex_
+};
+
+}  // namespace
+
 Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   const config::Config& c = o.config;
-  TANDEM_RETURN_IF_ERROR(check_engine_flags(o.engine_flags));
+  TANDEM_RETURN_IF_ERROR(check_engine_flags(c.model.engine_flags));
   if (c.model.path.empty()) return Status::invalid_argument("no model: set [model] path in the config or pass --model");
   auto info = plan::read_model_info(c.model.path);
   if (!info.is_ok()) return info.status();
+  if (info->header_only) {
+    return Status::invalid_argument(c.model.path + ": a header-only model (written by `tandem synth --header-only`) has a tensor "
+                                    "table but no weights: it can be planned (`tandem plan`), not served");
+  }
+  auto options = plan::plan_options_from_config(c);
+  if (!options.is_ok()) return options.status();
   auto listen = link::parse_endpoint(c.server.listen);
   if (!listen.is_ok()) return listen.status().with_context("[server] listen");
 
   std::unique_ptr<KeyStore> keys;
-  if (o.insecure_no_auth) {
+  if (c.server.insecure_no_auth) {
     log("WARNING: --insecure-no-auth: the API answers anyone who can reach " + c.server.listen + ", without a key");
   } else {
     if (c.server.keys_db.empty()) return Status::invalid_argument("no key database: set [server] keys_db or pass --keys-db (or --insecure-no-auth)");
     auto k = KeyStore::open(c.server.keys_db);
-    if (!k.is_ok()) return k.status();
+    if (!k.is_ok()) return Status::invalid_argument(k.status().message());
     keys = std::move(k.value());
   }
   std::optional<link::Secret> secret;
   if (!c.workers.empty()) {
     if (c.cluster.secret_file.empty()) return Status::invalid_argument("workers need [cluster] secret_file (or --secret-file)");
     auto s = link::load_secret(c.cluster.secret_file);
-    if (!s.is_ok()) return s.status();
+    if (!s.is_ok()) return Status::invalid_argument(s.status().message());
     secret = s.value();
   }
   if (listen->host != "127.0.0.1" && listen->host != "localhost" && listen->host != "::1") {
-    log("listening beyond loopback on " + c.server.listen + (o.insecure_no_auth ? " WITHOUT authentication" : " (API keys required)"));
+    log("listening beyond loopback on " + c.server.listen + (c.server.insecure_no_auth ? " WITHOUT authentication" : " (API keys required)"));
   }
 
   // /health answers from the first moment; generation waits for the supervisor.
   std::unique_ptr<Supervisor> supervisor;
   std::mutex sup_mutex;
-  std::string phase = "starting";
+  StartupTracker startup(c);
   auto health = [&]() -> HealthReport {
     std::lock_guard<std::mutex> lock(sup_mutex);
-    if (supervisor) return supervisor->health();
-    HealthReport h;
-    h.state = "starting";
-    h.accepting = false;
-    h.detail = {{"phase", phase}};
-    return h;
+    return supervisor ? supervisor->health() : startup.report();
   };
   ApiOptions ao;
   ao.host = listen->host;
   ao.port = listen->port;
-  ao.model_id = o.model_id.empty() ? default_model_id(c.model.path) : o.model_id;
-  ao.auth = !o.insecure_no_auth;
-  ao.max_in_flight = o.max_in_flight;
+  ao.model_id = c.server.model_id.empty() ? default_model_id(c.model.path) : c.server.model_id;
+  ao.auth = !c.server.insecure_no_auth;
+  ao.max_in_flight = c.server.max_in_flight;
   ao.status_page_public = c.server.status_page_public;
   std::atomic<Backend*> backend{nullptr};
   class Late : public Backend {  // forwards to the supervisor's backend once it exists
@@ -172,32 +176,28 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   log("API on http://" + c.server.listen + " serving model '" + ao.model_id + "'");
 
   std::vector<plan::NodeSpec> nodes{head_node(c)};
-  {
-    std::lock_guard<std::mutex> lock(sup_mutex);
-    phase = "asking the workers";
-  }
+  startup.set_phase("asking the workers");
   if (!c.workers.empty()) {
-    auto w = query_workers(c, *secret, &stop);
+    auto w = query_workers(c, *secret, &stop, [&startup](const std::string& name, const Status& s) { startup.attempt(name, s); });
+    // A stop while waiting for a worker is a clean end, not a failure.
+    if (!w.is_ok() && stop) return Status::ok();
     if (!w.is_ok()) return w.status();
     nodes.insert(nodes.end(), w->begin(), w->end());
   }
-  auto options = plan::plan_options_from_config(c);
-  if (!options.is_ok()) return options.status();
+  startup.set_phase("planning");
   auto p = plan::make_plan(info.value(), nodes, options.value());
   if (!p.is_ok()) return p.status();
-  if (!o.layers.empty()) {
-    TANDEM_RETURN_IF_ERROR(apply_explicit_layers(o.layers, nodes, info->n_layer, &p.value()));
-  } else if (!p->fits) {
+  if (!p->fits) {
     std::string msg = "the model does not fit: " + p->failure;
     for (const auto& s : p->suggestions) msg += "; " + s;
     return Status::resource_exhausted(msg);
   }
   api.set_status_info(status_info_from_plan(p.value(), nodes, info->n_layer));
-  std::string split;
-  for (int n : p->split.device_layers) split += (split.empty() ? "" : ", ") + std::to_string(n);
-  log("plan: " + std::to_string(p->split.cpu_layers) + " layer(s) on the head's CPU, offload devices [" + split +
-      "], estimated decode " + std::to_string(static_cast<int>(p->tokens_per_second())) + " tok/s" +
-      (o.layers.empty() ? "" : " (layers given by hand)"));
+  std::string names;
+  for (const auto& n : nodes) names += (names.empty() ? "" : ", ") + n.name;
+  log("plan: layers \"" + plan::layer_shares(p.value()) + "\" on " + names + ", bandwidth bound " +
+      std::to_string(static_cast<int>(p->tokens_per_second())) + " tok/s" +
+      (c.model.layers.empty() ? "" : " (the split given by hand)"));
   if (p->split.rpc_nodes.size() < c.workers.size()) {
     log("the plan leaves " + std::to_string(c.workers.size() - p->split.rpc_nodes.size()) +
         " worker(s) without layers: the model fits on fewer nodes (use --layers to spread it anyway)");
@@ -220,10 +220,11 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.workers_first = p->split.workers_first;
   so.context = static_cast<int>(c.model.context);
   so.parallel = static_cast<int>(c.model.parallel);
-  so.threads = o.threads;
-  so.cuda_graphs = o.cuda_graphs;
-  so.engine_flags = engine_flags_for(p->split, o.engine_flags);
-  so.canary_interval = std::chrono::seconds(o.canary_interval_s);
+  so.threads = c.model.threads;
+  so.cuda_graphs = c.model.cuda_graphs;
+  so.backtraces = c.cluster.backtraces;
+  so.engine_flags = engine_flags_for(p->split, c.model.engine_flags);
+  so.canary_interval = std::chrono::seconds(c.server.canary_interval_s);
   so.log = log;
   so.progress_tty = ::isatty(STDERR_FILENO) != 0 && log::format() == log::Format::text;
   auto started = std::make_unique<Supervisor>(so);
@@ -256,8 +257,8 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   // Drain: refuse new work, let what runs finish for a while, then end the rest.
   sd_notify(0, "STOPPING=1\nSTATUS=draining");
   api.stop_accepting();
-  log("draining: " + std::to_string(api.in_flight()) + " request(s) in flight, up to " + std::to_string(o.drain_timeout_s) + " s");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.drain_timeout_s);
+  log("draining: " + std::to_string(api.in_flight()) + " request(s) in flight, up to " + std::to_string(c.server.drain_timeout_s) + " s");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(c.server.drain_timeout_s);
   while (api.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   if (api.in_flight() > 0) log("drain deadline reached: ending " + std::to_string(api.in_flight()) + " request(s)");
   supervisor->stop();

@@ -15,16 +15,7 @@ namespace tandem::gateway {
 
 struct ServeOptions {
   config::Config config;             // the file's settings with command-line overrides applied
-  std::string model_id;              // "" = the model file's name without .gguf
-  bool insecure_no_auth = false;     // serve the API without keys (warned about in the log)
-  int canary_interval_s = 30;        // idle canary period
-  bool cuda_graphs = true;
-  int threads = 0;                   // engine CPU threads; 0 = all cores
-  int drain_timeout_s = 30;          // on stop: how long in-flight requests may finish
-  int max_in_flight = 64;            // generation requests admitted at once
   std::string engine_program;        // "" = tandem-engine beside this program
-  std::vector<int> layers;           // layers per node (head first) instead of the planner's choice
-  std::vector<std::string> engine_flags;  // passed to tandem-engine as they are: kEngineFlags only
 };
 
 // The tandem-engine flags serve passes on (each turns off one of the engine's optimisations, to
@@ -42,9 +33,12 @@ Status check_engine_flags(const std::vector<std::string>& flags);
 // layer 0 (plan::LlamaSplit::embedding_on_worker), once.
 std::vector<std::string> engine_flags_for(const plan::LlamaSplit& split, std::vector<std::string> flags);
 
-// Serves until `stop` becomes true. Errors only for what cannot work at all: an unreadable model
-// or key database, a secret file that is refused, a placement that does not fit (the message says
-// what would), an address that cannot be bound. Workers that are down at start are waited for.
+// Serves until `stop` becomes true, then drains; a stop while it still waits for workers is a clean
+// end too. Errors only for what cannot work at all: invalid_argument or not_found for a bad
+// configuration (an unreadable or header-only model, a key database or secret file that is
+// refused, a hand split that does not cover the model), resource_exhausted for a placement that
+// does not fit (the message says what would), unavailable for an address that cannot be bound.
+// Workers that are down at start are waited for, and /health says which and why.
 Status run_serve(const ServeOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace tandem::gateway

@@ -25,7 +25,7 @@ json status_info_from_plan(const plan::Plan& p, const std::vector<plan::NodeSpec
       if (d.node != nodes[i].name) continue;
       planned += d.n_layers;
       node["devices"].push_back({{"name", d.device},
-                                 {"kind", d.kind == plan::DeviceKind::cpu ? "cpu" : "gpu"},
+                                 {"kind", d.hardware},
                                  {"need_bytes", d.need()},
                                  {"free_bytes", d.free_bytes},
                                  {"margin_bytes", d.margin}});

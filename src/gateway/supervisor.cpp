@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cstring>
 #include <future>
 
@@ -157,7 +159,7 @@ void Supervisor::tick() {
       std::lock_guard<std::mutex> lock(mutex_);
       due = Clock::now() >= restart_at_;
     }
-    if (due) spawn_engine();
+    if (due && workers_free()) spawn_engine();
     return;
   }
   if (!connected) {
@@ -196,6 +198,36 @@ void Supervisor::tick() {
   // its last steps take.
   if (canary_thread_.joinable()) canary_thread_.join();
   canary_thread_ = std::thread([this] { start_canary(); });
+}
+
+bool Supervisor::workers_free() {
+  std::map<std::string, std::string> refused;
+  for (size_t i = 0; i < options_.workers.size() && i < forwarders_.size(); ++i) {
+    const WorkerLink& w = options_.workers[i];
+    link::HandshakeOptions ho = link::default_handshake_options();
+    ho.name = options_.head_name;
+    auto st = link::control_request(w.address, *options_.secret, "status", ho);
+    if (!st.is_ok()) continue;  // the heartbeat reports an unreachable worker
+    const nlohmann::json head = st->value("head", nlohmann::json());
+    // With no engine running we hold no session: a head the worker names is another one, or,
+    // under our own name, one on another machine (the worker replaces only our own stale one).
+    if (!head.is_object() || head.value("name", "") == options_.head_name) continue;
+    refused[w.name] = "worker " + w.name + " (" + w.address.to_string() + ") serves another head, '" + head.value("name", "?") +
+                      "' (" + head.value("address", "?") + ") since " + head.value("since", "?") +
+                      "; a worker serves one head at a time: waiting until it is free";
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [name, why] : refused) {
+    if (refused_.count(name) == 0) log(why);
+  }
+  for (const auto& [name, why] : refused_) {
+    if (refused.count(name) == 0) log("worker " + name + " is free again");
+  }
+  refused_ = refused;
+  if (refused.empty()) return true;
+  last_error_ = refused.begin()->second;
+  restart_at_ = Clock::now() + std::chrono::seconds(5);
+  return false;
 }
 
 std::vector<std::string> Supervisor::cache_listing_args() {
@@ -251,16 +283,39 @@ void Supervisor::spawn_engine() {
   std::vector<char*> argv;  // built before fork: the child of a threaded process must not allocate
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // ggml prints a gdb backtrace on every abort, and an engine whose worker went away aborts: the
+  // log would fill with debugger output that says nothing an operator can act on.
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "GGML_NO_BACKTRACE=", 18) != 0) env_text.emplace_back(*e);
+  }
+  if (!options_.backtraces) env_text.emplace_back("GGML_NO_BACKTRACE=1");
+  std::vector<char*> envp;
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  // With JSON logs the engine's stdout and stderr come through a pipe that this process turns into
+  // records: ggml and llama.cpp's common library print there themselves, and an abort's last words
+  // must survive the engine.
+  int out_pipe[2] = {-1, -1};
+  if (log::format() == log::Format::json && ::pipe2(out_pipe, O_CLOEXEC) != 0) out_pipe[0] = out_pipe[1] = -1;
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the gateway
     if (::getppid() != parent) ::_exit(1);
+    if (out_pipe[1] >= 0) {
+      ::dup2(out_pipe[1], STDOUT_FILENO);
+      ::dup2(out_pipe[1], STDERR_FILENO);
+    }
     ::close_range(3, ~0U, 0);            // no inherited client or worker sockets
-    ::execv(argv[0], argv.data());
+    ::execve(argv[0], argv.data(), envp.data());
     static const char msg[] = "tandem serve: cannot run tandem-engine\n";
     [[maybe_unused]] ssize_t n = ::write(2, msg, sizeof msg - 1);
     ::_exit(127);
+  }
+  if (out_pipe[1] >= 0) {
+    ::close(out_pipe[1]);
+    log::relay_lines_as_records(out_pipe[0], STDERR_FILENO, "engine");
   }
   std::string cmd;
   for (auto& a : args) cmd += (cmd.empty() ? "" : " ") + a;
@@ -319,6 +374,8 @@ void Supervisor::reap_engine() {
     engine_connected_ = false;
     meter_.reset();
     if (!last_error_.empty() && engine_status_.state == "failed") why += " (" + last_error_ + ")";
+    engine_status_ = engine::EngineStatus();  // its slots, queue and tok/s went with it
+    engine_status_.state = "stopped";
     last_error_ = why;
     restart_at_ = Clock::now() + backoff_;
     log(why + "; restarting in " + std::to_string(backoff_.count()) + " s");
@@ -345,6 +402,8 @@ void Supervisor::kill_engine(const std::string& why, bool backoff) {
   engine_pid_ = -1;
   engine_connected_ = false;
   meter_.reset();
+  engine_status_ = engine::EngineStatus();
+  engine_status_.state = "stopped";
   last_error_ = "engine stopped: " + why;
   kill_requested_ = false;
   // After a lost worker: restart as soon as every worker is back. After a failure of the engine
@@ -443,6 +502,12 @@ HealthReport Supervisor::health() {
     metrics += "tandem_node_up{node=\"" + name + "\"} " + std::to_string(st.state == link::LinkState::up ? 1 : 0) + "\n";
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& n : nodes) {
+    const auto it = refused_.find(n.value("name", ""));
+    if (it == refused_.end()) continue;
+    n["state"] = "refused";
+    n["last_error"] = it->second;
+  }
   h.state = state_;
   if (engine_connected_ && engine_status_.state == "loading") h.state = restarts_ > 0 ? "recovering" : "loading";
   h.accepting = state_ == "ready";

@@ -6,11 +6,14 @@
 // error, the state turns degraded. When every worker is back the engine restarts, with backoff,
 // loads, and only a real one-token generation through the whole split (the canary) makes the
 // state ready again. While idle the canary repeats; a failed canary turns the state degraded.
+// A worker that serves another head is not fought over: the engine waits, the node shows
+// `refused` with the worker's reason, and it starts once the worker is free.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <mutex>
@@ -45,6 +48,7 @@ struct SupervisorOptions {
   int parallel = 1;
   int threads = 0;
   bool cuda_graphs = true;
+  bool backtraces = false;               // let ggml print gdb backtraces when the engine aborts
   std::vector<std::string> engine_flags;  // appended to the engine's command line as they are
   std::string runtime_dir;               // for the engine's socket; "" = a fresh folder in /tmp
   std::chrono::seconds canary_interval{30};
@@ -78,6 +82,9 @@ class Supervisor {
   void poll_engine();  // asks the engine for its status every second, so /health stays live
   bool all_links_up();
   void spawn_engine();
+  // True when no worker serves another head; otherwise records which do (health shows them
+  // `refused`), logs each change once, and the engine waits for them.
+  bool workers_free();
   void kill_engine(const std::string& why, bool backoff = false);
   // Asks each worker for its cache listing and writes it beside the engine's socket: the
   // engine's --worker-cache arguments (none for a worker without cache or answer).
@@ -113,6 +120,7 @@ class Supervisor {
   int restarts_ = 0;
   uint64_t canary_seq_ = 0;
   std::unique_ptr<ProgressMeter> meter_;
+  std::map<std::string, std::string> refused_;  // worker name -> why it refuses us (another head)
 };
 
 }  // namespace tandem::gateway

@@ -14,7 +14,7 @@ Result<double> parse_bandwidth(const std::string& text) {
   std::string lower;
   for (char c : t) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower.size() > 2 && lower.compare(lower.size() - 2, 2, "/s") == 0) t = t.substr(0, t.size() - 2);
-  auto bytes = parse_bytes(t);
+  auto bytes = parse_bytes(t, /*require_unit=*/true);
   if (!bytes.is_ok() || bytes.value() == 0) {
     return Status::invalid_argument("'" + text + "' is not a bandwidth (expected e.g. 273GB/s, 1.2TB/s)");
   }
@@ -41,22 +41,13 @@ Result<NodeSpec> parse_node_flag(const std::string& text, DeviceKind kind) {
   } else {
     dev.bandwidth_assumed = true;
   }
-  auto mem = parse_bytes(rest);
+  auto mem = parse_bytes(rest, /*require_unit=*/true);
   if (!mem.is_ok()) return mem.status().with_context("node '" + node.name + "' memory");
   dev.free_bytes = mem.value();
   node.devices.push_back(dev);
   return node;
 }
 
-Result<std::vector<NodeSpec>> LiveNodeSource::nodes() {
-  // The worker control channel (devices, free memory, bandwidth) is another component's work in
-  // progress; until it lands, say so instead of guessing figures.
-  std::string names;
-  for (const NodeSpec& w : workers_) names += (names.empty() ? "" : ", ") + w.name + " (" + w.address + ")";
-  return Status::unavailable("live worker query not available yet: cannot ask " +
-                             (names.empty() ? std::string("the workers") : names) +
-                             " for their free memory; give the nodes with --node NAME=MEM[@BW] for a dry run");
-}
 
 Status validate_nodes(const std::vector<NodeSpec>& nodes) {
   if (nodes.empty()) return Status::invalid_argument("no nodes: give at least the head");

@@ -26,10 +26,11 @@ const char* device_kind_name(DeviceKind kind);
 
 struct DeviceSpec {
   std::string name;          // e.g. "GPU0", "CPU", "CUDA0"
-  DeviceKind kind = DeviceKind::gpu;
+  DeviceKind kind = DeviceKind::gpu;  // how libllama uses it: a worker's CPU is an offload device too
   uint64_t free_bytes = 0;   // memory the model may use, before the safety margin
   double bandwidth = kDefaultBandwidth;  // bytes per second
   bool bandwidth_assumed = false;        // not given: kDefaultBandwidth was used
+  std::string hardware;      // what it is, "cpu" or "gpu", when known (reports show it)
 };
 
 struct NodeSpec {
@@ -45,39 +46,6 @@ Result<NodeSpec> parse_node_flag(const std::string& text, DeviceKind kind = Devi
 
 // Parses a bandwidth such as "273GB/s", "1.2TB/s", "900GiB/s" into bytes per second.
 Result<double> parse_bandwidth(const std::string& text);
-
-// Where the planner learns the nodes. The head comes first.
-class NodeSource {
- public:
-  virtual ~NodeSource() = default;
-  // The nodes with their devices' free memory and bandwidth, or an error that says which node
-  // could not be asked and why.
-  virtual Result<std::vector<NodeSpec>> nodes() = 0;
-};
-
-// Nodes given up front (dry runs: --node flags or a config's declared nodes).
-class StaticNodeSource : public NodeSource {
- public:
-  explicit StaticNodeSource(std::vector<NodeSpec> nodes) : nodes_(std::move(nodes)) {}
-  Result<std::vector<NodeSpec>> nodes() override { return nodes_; }
-
- private:
-  const std::vector<NodeSpec> nodes_;
-};
-
-// The seam for live workers. The plan component cannot reach workers (it does not depend on the
-// link), so this reports `unavailable` and never invents figures; `tandem plan -c` and `tandem
-// serve` use gateway::LiveClusterSource instead, which asks each worker's control channel.
-class LiveNodeSource : public NodeSource {
- public:
-  LiveNodeSource(NodeSpec head, std::vector<NodeSpec> workers)
-      : head_(std::move(head)), workers_(std::move(workers)) {}
-  Result<std::vector<NodeSpec>> nodes() override;
-
- private:
-  const NodeSpec head_;
-  const std::vector<NodeSpec> workers_;  // name and address of each worker
-};
 
 // Checks a node list: at least one node, unique non-empty names, at least one device per node,
 // at most kMaxRpcServers workers and kMaxOffloadDevices offload devices.

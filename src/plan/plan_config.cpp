@@ -12,38 +12,43 @@ Result<PlanOptions> plan_options_from_config(const config::Config& c) {
   o.memory.margin_fraction = c.plan.margin;
   o.memory.margin_bytes = c.plan.margin_bytes;
   o.hop_seconds = c.plan.hop_ms / 1e3;
+  o.layers = c.model.layers;
   return o;
 }
 
-std::unique_ptr<NodeSource> node_source_from_config(const config::Config& c) {
+Result<std::vector<NodeSpec>> declared_nodes(const config::Config& c) {
+  const std::string source = c.path.empty() ? "the config" : c.path;
+  if (!c.cluster.head_memory) {
+    return Status::invalid_argument(source + ": [cluster] head_memory is not set; planning from declared figures needs every node's memory");
+  }
   NodeSpec head;
   head.name = c.cluster.head_name;
   DeviceSpec dev;
   dev.name = c.cluster.head_device == "cpu" ? "CPU" : "GPU";
   dev.kind = c.cluster.head_device == "cpu" ? DeviceKind::cpu : DeviceKind::gpu;
-  dev.free_bytes = c.cluster.head_memory.value_or(0);
+  dev.hardware = c.cluster.head_device;
+  dev.free_bytes = *c.cluster.head_memory;
   dev.bandwidth = c.cluster.head_bandwidth.value_or(kDefaultBandwidth);
   dev.bandwidth_assumed = !c.cluster.head_bandwidth.has_value();
   head.devices.push_back(dev);
-  bool all_declared = c.cluster.head_memory.has_value();
-  std::vector<NodeSpec> workers;
+  std::vector<NodeSpec> nodes{head};
   for (const config::WorkerConfig& w : c.workers) {
+    if (!w.memory) {
+      return Status::invalid_argument(source + ":" + std::to_string(w.line) + ": [[worker]] '" + w.name +
+                                      "' has no memory; planning from declared figures needs every node's memory");
+    }
     NodeSpec n;
     n.name = w.name;
     n.address = w.address;
     DeviceSpec d;
     d.name = "GPU";
-    d.free_bytes = w.memory.value_or(0);
+    d.free_bytes = *w.memory;
     d.bandwidth = w.bandwidth.value_or(kDefaultBandwidth);
     d.bandwidth_assumed = !w.bandwidth.has_value();
     n.devices.push_back(d);
-    all_declared = all_declared && w.memory.has_value();
-    workers.push_back(n);
+    nodes.push_back(n);
   }
-  if (!all_declared) return std::make_unique<LiveNodeSource>(head, workers);
-  std::vector<NodeSpec> nodes{head};
-  nodes.insert(nodes.end(), workers.begin(), workers.end());
-  return std::make_unique<StaticNodeSource>(nodes);
+  return nodes;
 }
 
 }  // namespace tandem::plan

@@ -1,8 +1,6 @@
 // Planning inputs taken from a tandem.toml (config::Config).
 #pragma once
 
-#include <memory>
-
 #include "common/status.h"
 #include "config/config.h"
 #include "plan/cluster.h"
@@ -10,14 +8,15 @@
 
 namespace tandem::plan {
 
-// [model] context/parallel/kv_type and [plan] margin/margin_bytes/hop_ms as solver options.
+// [model] context/parallel/kv_type/layers and [plan] margin/margin_bytes/hop_ms as solver options:
+// every command that plans from a config (plan -c, serve, doctor, worker seed -c) takes them here.
 // Errors name the key ("[model] kv_type: unknown KV cache type 'q3'").
 Result<PlanOptions> plan_options_from_config(const config::Config& config);
 
-// The nodes of a config: the head ([cluster] head_*) then each [[worker]]. When every node
-// declares its memory, they are used as declared (a StaticNodeSource: planning without asking);
-// otherwise the workers must be asked live (a LiveNodeSource, which says that this is not
-// available yet). Never null.
-std::unique_ptr<NodeSource> node_source_from_config(const config::Config& config);
+// The nodes as the config declares them, asking no one: the head ([cluster] head_memory,
+// head_device, head_bandwidth) then each [[worker]] (memory, bandwidth), one device each. For
+// planning where the live figures cannot be had (`tandem plan -c --declared`, `tandem worker seed
+// -c` on a worker). Error: a node without a declared memory, named.
+Result<std::vector<NodeSpec>> declared_nodes(const config::Config& config);
 
 }  // namespace tandem::plan

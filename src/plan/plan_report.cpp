@@ -73,7 +73,9 @@ std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptio
   for (const DeviceAssignment& d : plan.devices) {
     if (d.n_layers > 0 || d.host || d.output) min_headroom = std::min(min_headroom, d.headroom());
   }
-  std::snprintf(line, sizeof line, "fits: smallest headroom %s GiB; estimated decode %.1f tok/s (%.1f ms/token, link %.2f ms)\n",
+  // An upper bound (bytes read at full bandwidth plus the link), not a prediction: real decoding
+  // reaches a fraction of it (docs/benchmark.md).
+  std::snprintf(line, sizeof line, "fits: smallest headroom %s GiB; bandwidth bound %.1f tok/s (%.1f ms/token, link %.2f ms)\n",
                 signed_gib(min_headroom).c_str(), plan.tokens_per_second(), plan.seconds_per_token * 1e3,
                 plan.link_seconds * 1e3);
   out << line;
@@ -83,6 +85,7 @@ std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptio
       << ", RPC servers [";
   for (size_t i = 0; i < plan.split.rpc_nodes.size(); ++i) out << (i ? ", " : "") << plan.split.rpc_nodes[i];
   out << "]\n";
+  out << "as [model] layers (head first): \"" << layer_shares(plan) << "\"\n";
   for (const DeviceAssignment& d : plan.devices) {
     if (d.embedding_copy) {
       out << "token embedding: a copy on " << d.node << (d.device != d.node ? "/" + d.device : "")
@@ -110,7 +113,7 @@ std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOpti
   for (const DeviceAssignment& d : plan.devices) {
     devices.push_back({{"node", d.node},
                        {"device", d.device},
-                       {"kind", device_kind_name(d.kind)},
+                       {"kind", d.hardware},
                        {"first_layer", d.first_layer},
                        {"n_layers", d.n_layers},
                        {"embedding", d.host || d.embedding_copy},
@@ -138,6 +141,25 @@ std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOpti
   j["failure"] = plan.failure;
   j["suggestions"] = plan.suggestions;
   return j.dump(indent);
+}
+
+std::string layer_shares(const Plan& plan) {
+  std::vector<config::LayerShare> shares;
+  std::string node;
+  for (const DeviceAssignment& d : plan.devices) {
+    if (shares.empty() || d.node != node) {
+      shares.push_back({0, -1});
+      node = d.node;
+    }
+    config::LayerShare& s = shares.back();
+    if (d.n_layers == 0) continue;
+    if (s.first < 0) s.first = d.first_layer;
+    s.count += d.n_layers;
+  }
+  for (auto& s : shares) {
+    if (s.count == 0) s.first = 0;  // printed "-"
+  }
+  return config::format_layers(shares);
 }
 
 }  // namespace tandem::plan

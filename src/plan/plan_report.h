@@ -9,9 +9,13 @@
 namespace tandem::plan {
 
 // Per node and device: layer range, weights, KV cache, compute, free memory, margin and headroom
-// (GiB), then the estimated decode speed and libllama's split; when the plan does not fit, the
+// (GiB), then the bandwidth bound on decode speed and libllama's split; when the plan does not fit, the
 // reason and the suggestions instead of the speed.
 std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptions& options);
+
+// The plan's split as [model] layers and --layers take it: one share per node, head first, the
+// ranges `tandem plan` prints ("-,0-29,30-61"), so a plan can be pinned in tandem.toml.
+std::string layer_shares(const Plan& plan);
 
 // The same as JSON: {"fits", "model", "request", "devices": [...], "split": {...},
 // "seconds_per_token", "tokens_per_second", "failure", "suggestions"}; bytes as integers.

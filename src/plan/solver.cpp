@@ -102,6 +102,7 @@ class Solver {
   }
 
   bool workers_first() const { return workers_first_; }
+  int64_t hop_ps() const { return hop_ps_; }
   const FlatDevice& host() const {
     return *std::find_if(flat_.begin(), flat_.end(), [](const FlatDevice& f) { return f.host; });
   }
@@ -299,6 +300,7 @@ DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCo
   d.node = node.name;
   d.device = f.spec->name;
   d.kind = f.spec->kind;
+  d.hardware = f.spec->hardware.empty() ? device_kind_name(f.spec->kind) : f.spec->hardware;
   d.head = f.node == 0;
   d.host = f.host;
   d.free_bytes = f.spec->free_bytes;
@@ -384,36 +386,19 @@ std::map<std::string, std::pair<int, int>> layer_ranges(const LlamaSplit& split,
 
 namespace {
 
-Plan solve_with(const ModelCosts& c, const std::vector<NodeSpec>& nodes, const PlanOptions& o, bool table_on_worker) {
-  Solver solver(c, nodes, o, table_on_worker);
-
-  // Each worker in turn as the last one on the path.
-  Cost best;
-  std::vector<int> best_ranges(solver.flat().size(), 0);
-  int output_index = -1;
-  bool pipeline = true;
-  const bool cpu_head = nodes[0].devices[0].kind == DeviceKind::cpu;
-  for (const bool pp : cpu_head ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
-    for (int last = 0; last < static_cast<int>(nodes.size()); ++last) {
-      std::vector<int> ranges;
-      const Cost cost = solver.solve_for_last(last, pp, &ranges);
-      if (cost < best) {
-        best = cost;
-        best_ranges = ranges;
-        pipeline = pp;
-        output_index = solver.path(last).back();
-      }
-    }
-  }
+// The plan for layer counts `ranges` (one per device in solver order) with the output head on
+// device `output_index`; `best` says whether it fits.
+Plan build_plan(const Solver& solver, const ModelCosts& c, const std::vector<NodeSpec>& nodes, const PlanOptions& o,
+                bool table_on_worker, const std::vector<int>& ranges, int output_index, bool pipeline, const Cost& best) {
   Plan plan;
   plan.pipeline = pipeline;
   const auto& flat = solver.flat();
   std::vector<DeviceAssignment> in_layer_order;
   int layer = 0;
   for (size_t j = 0; j < flat.size(); ++j) {
-    in_layer_order.push_back(assign(flat[j], nodes[flat[j].node], c, layer, best_ranges[j], static_cast<int>(j) == output_index,
-                                    pipeline, table_on_worker, solver.rows_elsewhere(flat[j], layer, best_ranges[j])));
-    layer += best_ranges[j];
+    in_layer_order.push_back(assign(flat[j], nodes[flat[j].node], c, layer, ranges[j], static_cast<int>(j) == output_index,
+                                    pipeline, table_on_worker, solver.rows_elsewhere(flat[j], layer, ranges[j])));
+    layer += ranges[j];
   }
   // The plan lists devices node by node, the head first, whatever order the layers run in.
   std::vector<size_t> by_node(flat.size());
@@ -436,12 +421,127 @@ Plan solve_with(const ModelCosts& c, const std::vector<NodeSpec>& nodes, const P
   return plan;
 }
 
+Plan solve_with(const ModelCosts& c, const std::vector<NodeSpec>& nodes, const PlanOptions& o, bool table_on_worker) {
+  Solver solver(c, nodes, o, table_on_worker);
+
+  // Each worker in turn as the last one on the path.
+  Cost best;
+  std::vector<int> best_ranges(solver.flat().size(), 0);
+  int output_index = -1;
+  bool pipeline = true;
+  const bool cpu_head = nodes[0].devices[0].kind == DeviceKind::cpu;
+  for (const bool pp : cpu_head ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
+    for (int last = 0; last < static_cast<int>(nodes.size()); ++last) {
+      std::vector<int> ranges;
+      const Cost cost = solver.solve_for_last(last, pp, &ranges);
+      if (cost < best) {
+        best = cost;
+        best_ranges = ranges;
+        pipeline = pp;
+        output_index = solver.path(last).back();
+      }
+    }
+  }
+  return build_plan(solver, c, nodes, o, table_on_worker, best_ranges, output_index, pipeline, best);
+}
+
+std::string node_list(const std::vector<NodeSpec>& nodes) {
+  std::string s;
+  for (const NodeSpec& n : nodes) s += (s.empty() ? "" : ", ") + n.name;
+  return s;
+}
+
+// Checks a hand split against the nodes: one share per node, every layer once, one device on each
+// node that holds layers. Fills `ranges` (per device in solver order) and `last` (the last node
+// on the path).
+Status check_hand_split(const Solver& solver, const std::vector<NodeSpec>& nodes, const std::vector<config::LayerShare>& layers,
+                        int n_layer, std::vector<int>* ranges, int* last) {
+  const std::string given = "layers '" + config::format_layers(layers) + "'";
+  if (layers.size() != nodes.size()) {
+    return Status::invalid_argument(given + " gives " + std::to_string(layers.size()) + " share(s) for " +
+                                    std::to_string(nodes.size()) + " nodes (one per node, head first: " + node_list(nodes) + ")");
+  }
+  int total = 0;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    total += layers[n].count;
+    if (layers[n].count > 0 && nodes[n].devices.size() > 1) {
+      return Status::invalid_argument(given + ": " + nodes[n].name + " has " + std::to_string(nodes[n].devices.size()) +
+                                      " devices; a hand split gives layers to nodes of one device (let the planner place the others)");
+    }
+  }
+  if (total != n_layer) {
+    return Status::invalid_argument(given + " covers " + std::to_string(total) + " layers, the model has " + std::to_string(n_layer));
+  }
+  const auto& flat = solver.flat();
+  ranges->assign(flat.size(), 0);
+  *last = 0;
+  int layer = 0;
+  bool order_ok = true;
+  std::vector<config::LayerShare> expected(layers.size());
+  for (size_t j = 0; j < flat.size(); ++j) {
+    const config::LayerShare& share = layers[flat[j].node];
+    if (flat[j].index != 0) continue;
+    (*ranges)[j] = share.count;
+    expected[flat[j].node] = {share.count, share.count > 0 ? layer : 0};
+    if (share.first >= 0 && share.count > 0 && share.first != layer) order_ok = false;
+    if (share.count > 0 && flat[j].node > 0) *last = std::max(*last, flat[j].node);
+    layer += share.count;
+  }
+  if (!order_ok) {
+    const bool gpu_head = nodes[0].devices[0].kind == DeviceKind::gpu;
+    return Status::invalid_argument(given + ": the ranges are not the order the layers run in (" +
+                                    (gpu_head ? "on a GPU head the workers run the first layers and the head the last"
+                                              : "on a CPU head the head runs the first layers, then each worker in turn") +
+                                    "); these counts run as " + config::format_layers(expected));
+  }
+  return Status::ok();
+}
+
+Result<Plan> solve_hand_split(const ModelCosts& c, const std::vector<NodeSpec>& nodes, const PlanOptions& o, bool table_on_worker) {
+  Solver solver(c, nodes, o, table_on_worker);
+  std::vector<int> ranges;
+  int last = 0;
+  TANDEM_RETURN_IF_ERROR(check_hand_split(solver, nodes, o.layers, static_cast<int>(c.layers.size()), &ranges, &last));
+  const auto& flat = solver.flat();
+  const bool cpu_head = nodes[0].devices[0].kind == DeviceKind::cpu;
+  const bool pipeline = !cpu_head || o.layers[0].count == 0;
+  const std::vector<int> seq = solver.path(last);
+  // Priced as the solver prices a path, so that its figures compare with the solver's own plans.
+  Cost cost{last > 0 ? 2 * solver.hop_ps() : 0, 0};
+  std::string short_of;
+  int layer = 0;
+  for (size_t k = 0; k < seq.size(); ++k) {
+    const FlatDevice& f = flat[seq[k]];
+    const int n = ranges[seq[k]];
+    const bool new_node = k == 0 || flat[seq[k - 1]].node != f.node;
+    const bool pays_hop = f.node > 0 && f.node != last && n > 0 && new_node;
+    const Cost next = solver.extend(f, cost, layer, n, k + 1 == seq.size(), pays_hop, pipeline);
+    if (!next.feasible() && short_of.empty()) {
+      const uint64_t need = solver.need(f, layer, n, k + 1 == seq.size(), pipeline);
+      short_of = nodes[f.node].name + " needs " + format_bytes(need) + " for its " + std::to_string(n) + " layer(s) but has " +
+                 format_bytes(f.usable) + " after the " + format_bytes(f.margin) + " margin: short by " + format_bytes(need - f.usable);
+    }
+    if (next.feasible()) cost = next;
+    layer += n;
+  }
+  if (!short_of.empty()) cost = Cost{};
+  Plan plan = build_plan(solver, c, nodes, o, table_on_worker, ranges, seq.back(), pipeline, cost);
+  if (!short_of.empty()) plan.failure = "with the hand-made split layers '" + config::format_layers(o.layers) + "', " + short_of;
+  return plan;
+}
+
 }  // namespace
 
 Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
   TANDEM_RETURN_IF_ERROR(validate_request(nodes, o));
   auto costs = model_costs(info, o.memory);
   if (!costs.is_ok()) return costs.status();
+  if (!o.layers.empty()) {
+    auto plan = solve_hand_split(costs.value(), nodes, o, true);
+    if (!plan.is_ok() || plan->fits) return plan;
+    auto without = solve_hand_split(costs.value(), nodes, o, false);
+    return without.is_ok() && without->fits ? without : plan;
+  }
   Plan plan = solve_with(costs.value(), nodes, o, true);
   // The worker's copy of the table saves the link a prompt's embedding rows; memory is worth more.
   if (!plan.fits) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "config/config.h"
 #include "plan/cluster.h"
 #include "plan/memory_model.h"
 #include "plan/model_info.h"
@@ -28,12 +29,16 @@ namespace tandem::plan {
 struct PlanOptions {
   MemoryOptions memory;
   double hop_seconds = 0.0005;  // per cable crossing per generated token
+  // A hand-made split ([model] layers): one share per node, head first; the solver then only
+  // checks it and sizes each device. Empty: the solver chooses.
+  std::vector<config::LayerShare> layers;
 };
 
 // One device's share. Bytes are what the model predicts libllama allocates there.
 struct DeviceAssignment {
   std::string node, device;
   DeviceKind kind = DeviceKind::gpu;
+  std::string hardware;          // "cpu" or "gpu": what the device is (a worker's CPU has kind gpu)
   bool head = false;             // on the head node
   bool host = false;             // the head's CPU/host memory: also holds the token embedding
   int first_layer = 0, n_layers = 0;
@@ -85,7 +90,8 @@ struct Plan {
 };
 
 // Places `info` over `nodes` (head first). Returns a Plan with fits = false and an explanation when
-// no placement fits; an error only for invalid input (bad options, a malformed node list).
+// no placement fits; an error only for invalid input (bad options, a malformed node list, a hand
+// split that does not cover the model, or whose ranges are not the order the devices run in).
 Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& options);
 
 // solve(), and when it does not fit, the alternatives that would: the largest context that fits,

@@ -27,6 +27,11 @@ uint32_t largest_context(const ModelInfo& info, const std::vector<NodeSpec>& nod
 std::vector<std::string> suggestions(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
   std::vector<std::string> out;
   const MemoryOptions& m = o.memory;
+  if (!o.layers.empty()) {
+    PlanOptions q = o;
+    q.layers.clear();
+    if (fits(info, nodes, q)) out.push_back("the planner's own split (leave [model] layers / --layers out) fits");
+  }
   if (m.context > 256) {
     if (uint32_t ctx = largest_context(info, nodes, o); ctx >= 256) {
       out.push_back("--context " + std::to_string(ctx) + " (instead of " + std::to_string(m.context) + ") fits");

@@ -70,22 +70,8 @@ void relay_output_as_records() {
   ::dup2(p[1], STDERR_FILENO);
   ::close(p[1]);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  std::thread([in = p[0], original] {
-    std::string pending;
-    char buf[4096];
-    for (ssize_t n; (n = ::read(in, buf, sizeof buf)) > 0;) {
-      pending.append(buf, static_cast<size_t>(n));
-      for (size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) {
-        if (nl == 0) continue;
-        // The child's own log lines (the cache loader's) are records already.
-        const std::string rec = pending.compare(0, 2, "{\"") == 0
-                                    ? pending.substr(0, nl + 1)
-                                    : log::render(log::Format::json, log::timestamp_now(), log::Level::info, "rpc-server",
-                                                  pending.substr(0, nl), {}) + "\n";
-        (void)!::write(original, rec.data(), rec.size());
-      }
-    }
-  }).detach();
+  // The child's own log lines (the cache loader's) are records already and pass unchanged.
+  log::relay_lines_as_records(p[0], original, "rpc-server");
 }
 
 // ggml's RPC server reads every weight it is sent into a fresh std::vector. glibc maps blocks that

@@ -1,6 +1,9 @@
 // tandem.toml: every key read, and every mistake named with its line and key.
 #include "config/config.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -65,7 +68,7 @@ TEST(Config, MistakesNameTheLineAndTheKey) {
       {"[modle]\npath = \"m\"\n", "tandem.toml:1: top level: modle: unknown key"},
       {"[cluster]\nhead_memory = \"lots\"\n", "tandem.toml:2: [cluster] head_memory: 'lots' is not a size"},
       {"[cluster]\nhead_bandwidth = \"fast\"\n", "tandem.toml:2: [cluster] head_bandwidth: 'fast' is not a bandwidth"},
-      {"[cluster]\nhead_device = \"tpu\"\n", "tandem.toml:2: [cluster] head_device: expected \"gpu\" or \"cpu\""},
+      {"[cluster]\nhead_device = \"tpu\"\n", "tandem.toml:2: [cluster] head_device: expected one of \"gpu\", \"cpu\", got \"tpu\""},
       {"[[worker]]\nname = \"b\"\n", "tandem.toml:1: [[worker]] 'b' address: missing"},
       {"[[worker]]\naddress = \"h:1\"\n", "tandem.toml:1: [[worker]] name: missing"},
       {"[[worker]]\nname = \"b\"\naddress = \"h:1\"\n[[worker]]\nname = \"b\"\naddress = \"h:2\"\n",
@@ -73,6 +76,15 @@ TEST(Config, MistakesNameTheLineAndTheKey) {
       {"[plan]\nmargin = 2\n", "tandem.toml:2: [plan] margin: must be in"},
       {"[model]\npath = \"unterminated\n", "tandem.toml:2:"},
       {"worker = 3\n", "tandem.toml:1: top level: worker: expected [[worker]] tables"},
+      {"[[worker]]\nname = \"b\"\naddress = \"h:1\"\n[[worker]]\nname = \"c\"\naddress = \"h:1\"\n",
+       "tandem.toml:4: [[worker]] address: 'h:1' of 'c' is also the address of 'b' (line 1)"},
+      {"[[worker]]\nname = \"b\"\naddress = \"h:1\"\nmemory = \"128\"\n", "tandem.toml:4: [[worker]] memory: '128' has no unit"},
+      {"[model]\nlayers = \"1,x\"\n", "tandem.toml:2: [model] layers: layers '1,x': 'x' is neither a layer count"},
+      {"[model]\nlayers = \"3-1\"\n", "is not a range A-B"},
+      {"[model]\nlayers = [1, true]\n", "expected layer counts or ranges"},
+      {"[server]\nlog_format = \"xml\"\n", "[server] log_format: expected one of \"text\", \"json\""},
+      {"[server]\nmax_in_flight = 0\n", "[server] max_in_flight: must be in 1..100000"},
+      {"[model]\nengine_flags = \"--no-warm-up\"\n", "[model] engine_flags: expected an array of strings"},
   };
   for (const BadCase& c : cases) {
     auto r = parse_config(c.text, "tandem.toml");
@@ -87,6 +99,76 @@ TEST(Config, AMissingFileIsNotFound) {
   ASSERT_FALSE(c.is_ok());
   EXPECT_EQ(c.status().code(), StatusCode::not_found);
   EXPECT_NE(c.status().message().find("/nonexistent/tandem.toml"), std::string::npos);
+}
+
+TEST(Config, TheNewerKeysOfServeAndTheWorker) {
+  auto c = parse_config(
+      "[cluster]\nbacktraces = true\n"
+      "[[worker]]\nname = \"b\"\naddress = \"h:1\"\ndevices = [\"CUDA0\"]\nthreads = 4\ncuda_graphs = false\n"
+      "private_netns = false\nlog_format = \"json\"\n"
+      "[model]\nlayers = [\"-\", \"0-29\", 32]\nthreads = 8\ncuda_graphs = false\nengine_flags = [\"--no-warm-up\"]\n"
+      "[server]\nmodel_id = \"m3\"\ninsecure_no_auth = true\nmax_in_flight = 8\ncanary_interval = 60\ndrain_timeout = 5\n"
+      "log_format = \"json\"\n");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(c->cluster.backtraces);
+  EXPECT_EQ(c->workers[0].devices, std::vector<std::string>{"CUDA0"});
+  EXPECT_EQ(c->workers[0].threads, 4);
+  EXPECT_FALSE(c->workers[0].cuda_graphs);
+  EXPECT_FALSE(c->workers[0].private_netns);
+  EXPECT_EQ(c->workers[0].log_format, "json");
+  EXPECT_EQ(c->model.layers, (std::vector<LayerShare>{{0, 0}, {30, 0}, {32, -1}}));
+  EXPECT_EQ(format_layers(c->model.layers), "-,0-29,32");
+  EXPECT_EQ(c->model.threads, 8);
+  EXPECT_FALSE(c->model.cuda_graphs);
+  EXPECT_EQ(c->model.engine_flags, std::vector<std::string>{"--no-warm-up"});
+  EXPECT_EQ(c->server.model_id, "m3");
+  EXPECT_TRUE(c->server.insecure_no_auth);
+  EXPECT_EQ(c->server.max_in_flight, 8);
+  EXPECT_EQ(c->server.canary_interval_s, 60);
+  EXPECT_EQ(c->server.drain_timeout_s, 5);
+  EXPECT_EQ(c->server.log_format, "json");
+}
+
+TEST(Config, LayersTakeCountsRangesAndDashes) {
+  auto l = parse_layers("1, 0-1 ,-");
+  ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+  EXPECT_EQ(l.value(), (std::vector<LayerShare>{{1, -1}, {2, 0}, {0, 0}}));
+  EXPECT_EQ(format_layers(l.value()), "1,0-1,-");
+  EXPECT_FALSE(parse_layers("").is_ok());
+  EXPECT_FALSE(parse_layers("-1").is_ok());
+  EXPECT_FALSE(parse_layers("1,,2").is_ok());
+}
+
+// A unit or a shell started elsewhere must find the same files as the person who wrote the file.
+TEST(Config, RelativePathsAreRelativeToTheFile) {
+  testing::ScratchDir dir;
+  std::filesystem::create_directories(dir.file("etc"));
+  testing::write_file(dir.file("etc/tandem.toml"),
+                      "[cluster]\nsecret_file = \"cluster.key\"\n[[worker]]\nname = \"b\"\naddress = \"h:1\"\n"
+                      "cache_dir = \"../cache\"\n[model]\npath = \"models/m.gguf\"\n[server]\nkeys_db = \"/abs/keys.db\"\n");
+  auto c = load_config(dir.file("etc/tandem.toml"));
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->cluster.secret_file, dir.file("etc/cluster.key"));
+  EXPECT_EQ(c->model.path, dir.file("etc/models/m.gguf"));
+  EXPECT_EQ(c->workers[0].cache_dir, dir.file("cache"));
+  EXPECT_EQ(c->server.keys_db, "/abs/keys.db");
+}
+
+// docs/config.md lists every key the reader knows, so that none is undocumented.
+TEST(Config, EveryKeyIsDocumented) {
+  std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/docs/config.md");
+  std::stringstream doc;
+  doc << in.rdbuf();
+  const auto keys = known_keys();
+  EXPECT_GT(keys.size(), 30u);
+  for (const std::string& k : keys) {
+    const std::string table = k.substr(0, k.find(' ')), key = k.substr(k.find(' ') + 1);
+    const size_t section = doc.str().find("## `" + table + "`");
+    ASSERT_NE(section, std::string::npos) << table << " has no section in docs/config.md";
+    const size_t next = doc.str().find("\n## ", section + 1);
+    EXPECT_NE(doc.str().substr(section, next - section).find("| `" + key + "` |"), std::string::npos)
+        << k << " is not in docs/config.md";
+  }
 }
 
 }  // namespace

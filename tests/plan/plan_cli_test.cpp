@@ -59,7 +59,7 @@ TEST_F(PlanM3, FitsOnTwo128GiBBoxesAt32kContext) {
   auto text = plan("--context 32768 --node box-a=128GiB@273GB/s --node box-b=128GiB@273GB/s");
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("fits: smallest headroom"), std::string::npos) << text.out;
-  EXPECT_NE(text.out.find("estimated decode"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("bandwidth bound"), std::string::npos) << text.out;
 }
 
 TEST_F(PlanM3, DoesNotFitOnTwo96GiBBoxesAndSaysWhatWould) {
@@ -143,22 +143,29 @@ TEST(PlanCli, MoreNodesThanLayersUsesWhatItNeeds) {
   EXPECT_TRUE(j["split"]["rpc_nodes"].empty());  // it all fits on the head: no cable to cross
 }
 
-TEST(PlanCli, AConfigWithDeclaredMemoryPlansWithoutAskingWorkers) {
+TEST(PlanCli, DeclaredPlansFromTheFileAloneLivePlansAskTheWorkers) {
   ScratchDir dir;
   const std::string model = dir.file("tiny.gguf");
   ASSERT_TRUE(synth::write_model(synth::preset("tiny").value(), model, {}).is_ok());
   const std::string cfg = dir.file("tandem.toml");
   tandem::testing::write_file(cfg, "[cluster]\nhead_memory = \"4GiB\"\n[[worker]]\nname = \"b\"\naddress = \"127.0.0.1:7070\"\n"
                                    "memory = \"4GiB\"\n[model]\npath = \"" + model + "\"\ncontext = 512\n");
-  auto r = run_tandem("plan -c " + cfg, dir.file(""));
+  auto r = run_tandem("plan -c " + cfg + " --declared", dir.file(""));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("fits"), std::string::npos) << r.out;
 
-  // Without declared memory the workers are asked over the link: that needs the secret.
-  tandem::testing::write_file(cfg, "[[worker]]\nname = \"b\"\naddress = \"127.0.0.1:7070\"\n[model]\npath = \"" + model + "\"\n");
+  // Without --declared the workers are asked over the link, as serve asks them: that needs the secret.
   auto live = run_tandem("plan -c " + cfg, dir.file(""));
-  EXPECT_EQ(live.exit_code, 1);
+  EXPECT_EQ(live.exit_code, 2);
   EXPECT_NE(live.err.find("secret_file"), std::string::npos) << live.err;
+  EXPECT_NE(live.err.find("--declared"), std::string::npos) << live.err;
+
+  // --declared needs every node's memory, and says which lacks it.
+  tandem::testing::write_file(cfg, "[cluster]\nhead_memory = \"4GiB\"\n[[worker]]\nname = \"b\"\naddress = \"127.0.0.1:7070\"\n"
+                                   "[model]\npath = \"" + model + "\"\n");
+  auto undeclared = run_tandem("plan -c " + cfg + " --declared", dir.file(""));
+  EXPECT_EQ(undeclared.exit_code, 2);
+  EXPECT_NE(undeclared.err.find("'b' has no memory"), std::string::npos) << undeclared.err;
 
   // Flags override the file.
   auto flags = run_tandem("plan -c " + cfg + " --node head=4GiB", dir.file(""));

@@ -266,15 +266,6 @@ TEST(NodeFlag, ParsesNameMemoryAndBandwidth) {
   }
 }
 
-TEST(LiveNodes, SayTheyAreNotAvailableYet) {
-  LiveNodeSource source(node("head", 1), {NodeSpec{"box-b", "10.0.0.2:7070", {}}});
-  auto n = source.nodes();
-  ASSERT_FALSE(n.is_ok());
-  EXPECT_EQ(n.status().code(), StatusCode::unavailable);
-  EXPECT_NE(n.status().message().find("live worker query not available yet"), std::string::npos);
-  EXPECT_NE(n.status().message().find("box-b"), std::string::npos);
-}
-
 TEST(MemoryModel, KvCacheFollowsContextSequencesAndType) {
   ModelInfo m = toy_model(2, 1);
   m.n_head_kv = 4;
@@ -409,7 +400,7 @@ TEST(PlanConfig, DeclaredMemoryGivesStaticNodesAndOptions) {
   EXPECT_EQ(kv_type_name(o->memory.kv_type), "q8_0");
   EXPECT_DOUBLE_EQ(o->memory.margin_fraction, 0.1);
   EXPECT_DOUBLE_EQ(o->hop_seconds, 0.002);
-  auto nodes = node_source_from_config(c.value())->nodes();
+  auto nodes = declared_nodes(c.value());
   ASSERT_TRUE(nodes.is_ok());
   ASSERT_EQ(nodes->size(), 2u);
   EXPECT_EQ(nodes.value()[0].name, "a");
@@ -426,12 +417,90 @@ TEST(PlanConfig, AnUnknownKvTypeNamesTheKey) {
   EXPECT_NE(o.status().message().find("[model] kv_type"), std::string::npos) << o.status().message();
 }
 
-TEST(PlanConfig, UndeclaredMemoryNeedsTheLiveQuery) {
-  auto c = config::parse_config("[[worker]]\nname = \"b\"\naddress = \"h:1\"\n");
+TEST(PlanConfig, DeclaredPlanningNamesTheNodeWithoutMemory) {
+  auto c = config::parse_config("[cluster]\nhead_memory = \"8GiB\"\n[[worker]]\nname = \"b\"\naddress = \"h:1\"\n", "t.toml");
   ASSERT_TRUE(c.is_ok());
-  auto nodes = node_source_from_config(c.value())->nodes();
+  auto nodes = declared_nodes(c.value());
   ASSERT_FALSE(nodes.is_ok());
-  EXPECT_NE(nodes.status().message().find("live worker query not available yet"), std::string::npos);
+  EXPECT_NE(nodes.status().message().find(":3: [[worker]] 'b' has no memory"), std::string::npos) << nodes.status().message();
+}
+
+std::vector<config::LayerShare> shares(const std::string& text) { return config::parse_layers(text).value(); }
+
+// [model] layers / --layers: the solver sizes the given split instead of choosing one, so that
+// plan, serve and doctor show and load the same placement.
+TEST(HandSplit, CountsPerNodeOnAGpuHeadRunTheWorkersFirst) {
+  PlanOptions o = options();
+  o.layers = shares("3,7");
+  auto p = solve(toy_model(10, 4), {node("a", 1024), node("b", 1024)}, o);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_TRUE(p->fits) << p->failure;
+  EXPECT_EQ(layers_per_device(p.value()), (std::vector<int>{3, 7}));
+  EXPECT_EQ(p->devices[1].first_layer, 0);  // the worker runs layers 0-6
+  EXPECT_EQ(p->devices[0].first_layer, 7);
+  EXPECT_TRUE(p->devices[0].output);
+  EXPECT_TRUE(p->split.workers_first);
+  EXPECT_EQ(p->split.device_layers, (std::vector<int>{7, 3}));
+  EXPECT_EQ(layer_shares(p.value()), "7-9,0-6");
+  // The ranges it prints are taken back as they are.
+  o.layers = shares(layer_shares(p.value()));
+  auto again = solve(toy_model(10, 4), {node("a", 1024), node("b", 1024)}, o);
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(plan_to_json(again.value(), toy_model(10, 4), o), plan_to_json(p.value(), toy_model(10, 4), o));
+}
+
+TEST(HandSplit, OnACpuHeadTheHeadRunsFirstAndALaterWorkerMayBeLeftOut) {
+  PlanOptions o = options();
+  o.layers = shares("4,6,0");
+  auto p = solve(toy_model(10, 4), {node("a", 1024, 100e9, DeviceKind::cpu), node("b", 1024), node("c", 1024)}, o);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_TRUE(p->fits) << p->failure;
+  EXPECT_EQ(p->split.cpu_layers, 4);
+  EXPECT_EQ(p->split.rpc_nodes, std::vector<std::string>{"b"});
+  EXPECT_TRUE(p->devices[1].output);
+  EXPECT_EQ(layer_shares(p.value()), "0-3,4-9,-");
+}
+
+TEST(HandSplit, MistakesAreNamed) {
+  const std::vector<NodeSpec> nodes = {node("a", 1024), node("b", 1024)};
+  struct Bad {
+    const char* layers;
+    const char* expected;
+  };
+  for (const Bad& b : {Bad{"10", "gives 1 share(s) for 2 nodes (one per node, head first: a, b)"},
+                       Bad{"3,3", "covers 6 layers, the model has 10"},
+                       Bad{"0-2,3-9", "not the order the layers run in (on a GPU head the workers run the first layers"},
+                       Bad{"0-2,3-9", "these counts run as 7-9,0-6"}}) {
+    PlanOptions o = options();
+    o.layers = shares(b.layers);
+    auto p = solve(toy_model(10, 4), nodes, o);
+    ASSERT_FALSE(p.is_ok()) << b.layers;
+    EXPECT_EQ(p.status().code(), StatusCode::invalid_argument);
+    EXPECT_NE(p.status().message().find(b.expected), std::string::npos) << p.status().message();
+  }
+}
+
+TEST(HandSplit, ASplitThatDoesNotFitSaysWhereAndOffersThePlannersOwn) {
+  PlanOptions o = options();
+  o.layers = shares("1,9");
+  auto p = make_plan(toy_model(10, 4), {node("a", 100), node("b", 30)}, o);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_FALSE(p->fits);
+  EXPECT_NE(p->failure.find("with the hand-made split layers '1,9', b needs"), std::string::npos) << p->failure;
+  ASSERT_FALSE(p->suggestions.empty());
+  EXPECT_NE(p->suggestions[0].find("the planner's own split"), std::string::npos) << p->suggestions[0];
+}
+
+// A node of several devices takes no share by hand (the planner places them).
+TEST(HandSplit, ANodeOfSeveralDevicesIsLeftToThePlanner) {
+  NodeSpec two = node("b", 1024);
+  two.devices.push_back(two.devices[0]);
+  two.devices[1].name = "GPU1";
+  PlanOptions o = options();
+  o.layers = shares("5,5");
+  auto p = solve(toy_model(10, 4), {node("a", 1024), two}, o);
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("b has 2 devices"), std::string::npos) << p.status().message();
 }
 
 }  // namespace
