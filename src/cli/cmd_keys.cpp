@@ -2,10 +2,21 @@
 #include <ctime>
 
 #include "cli/commands.h"
+#include "config/config.h"
 #include "gateway/keys.h"
 
 namespace tandem::cli {
 namespace {
+
+// --db, else the config's [server] keys_db, else the default of the shipped units.
+std::string database(const std::string& db, const std::string& config_path) {
+  if (!db.empty()) return db;
+  if (config_path.empty()) return "/var/lib/tandem/keys.db";
+  auto c = config::load_config(config_path);
+  if (!c.is_ok()) fail(c.status().message(), 2);
+  if (c->server.keys_db.empty()) fail(config_path + ": [server] keys_db is not set (or pass --db)", 2);
+  return c->server.keys_db;
+}
 
 std::unique_ptr<gateway::KeyStore> open_store(const std::string& path) {
   auto store = gateway::KeyStore::open(path);
@@ -24,8 +35,11 @@ std::string date(int64_t t) {
 void register_keys(CLI::App& app) {
   auto* keys = app.add_subcommand("keys", "Manage the API keys of `tandem serve` (stored hashed in SQLite)");
   keys->require_subcommand(1);
-  static std::string db = "/var/lib/tandem/keys.db";
-  keys->add_option("--db", db, "Key database (the [server] keys_db of tandem.toml)")->capture_default_str();
+  // The options of `keys` are taken after its subcommand too: `tandem keys list --db X`.
+  keys->fallthrough();
+  static std::string db, config_path;
+  keys->add_option("--db", db, "Key database ([server] keys_db of tandem.toml; default /var/lib/tandem/keys.db)");
+  keys->add_option("-c,--config", config_path, "tandem.toml: the key database is its [server] keys_db");
 
   auto* create = keys->add_subcommand("create", "Create a key and print it (it is shown only this once)");
   static std::string name;
@@ -35,7 +49,7 @@ void register_keys(CLI::App& app) {
   create->add_option("--concurrency", limits.concurrency, "Requests in flight at once (0: unlimited)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   create->callback([] {
-    auto k = open_store(db)->create(name, limits);
+    auto k = open_store(database(db, config_path))->create(name, limits);
     if (!k.is_ok()) fail(k.status().message());
     std::printf("%s\n", k->secret.c_str());
     std::fprintf(stderr, "key '%s' (id %s) created; store it now: it cannot be shown again\n", name.c_str(),
@@ -44,7 +58,7 @@ void register_keys(CLI::App& app) {
 
   auto* list = keys->add_subcommand("list", "List keys with their limits and usage (never the keys themselves)");
   list->callback([] {
-    auto all = open_store(db)->list();
+    auto all = open_store(database(db, config_path))->list();
     if (!all.is_ok()) fail(all.status().message());
     std::printf("%-10s %-20s %-8s %6s %6s %10s %12s %12s  %-16s %s\n", "ID", "NAME", "STATE", "RPM", "CONC", "REQUESTS",
                 "PROMPT TOK", "COMPL TOK", "CREATED", "REVOKED");
@@ -60,7 +74,7 @@ void register_keys(CLI::App& app) {
   static std::string which;
   revoke->add_option("KEY", which, "Name or id of the key")->required();
   revoke->callback([] {
-    Status s = open_store(db)->revoke(which);
+    Status s = open_store(database(db, config_path))->revoke(which);
     if (!s.is_ok()) fail(s.message());
     std::fprintf(stderr, "key '%s' revoked\n", which.c_str());
   });

@@ -343,6 +343,28 @@ Result<Config> load_config(const std::string& path) {
   return c;
 }
 
+Result<const WorkerConfig*> find_worker(const Config& c, const std::string& name) {
+  std::string names;
+  for (const auto& w : c.workers) {
+    if (w.name == name || (name.empty() && c.workers.size() == 1)) return &w;
+    names += (names.empty() ? "" : ", ") + w.name;
+  }
+  const std::string source = c.path.empty() ? "the config" : c.path;
+  if (c.workers.empty()) return Status::invalid_argument(source + " has no [[worker]] table");
+  if (name.empty()) return Status::invalid_argument("which worker? " + source + " has " + names + ": give --name");
+  return Status::not_found("no [[worker]] named '" + name + "' in " + source + " (it has: " + names + ")");
+}
+
+Result<std::string> worker_listen(const WorkerConfig& w) {
+  if (!w.listen.empty()) return w.listen;
+  const size_t colon = w.address.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : w.address.substr(colon + 1);
+  if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos) {
+    return Status::invalid_argument("[[worker]] '" + w.name + "' address '" + w.address + "': expected host:port");
+  }
+  return "0.0.0.0:" + port;
+}
+
 std::vector<std::string> known_keys() {
   Config c;
   WorkerConfig w;

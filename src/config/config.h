@@ -103,6 +103,12 @@ Result<Config> load_config(const std::string& path);
 // The same for text already in memory; `source` names it in messages.
 Result<Config> parse_config(const std::string& text, const std::string& source = "config");
 
+// The [[worker]] named `name`; "" picks the only one. Errors name the workers there are.
+Result<const WorkerConfig*> find_worker(const Config& config, const std::string& name);
+
+// What a worker binds: its `listen`, else 0.0.0.0 and the port of its `address`.
+Result<std::string> worker_listen(const WorkerConfig& worker);
+
 // Every key this version knows, as "[table] key" ("[[worker]] memory"), in the order of docs/config.md.
 std::vector<std::string> known_keys();
 

@@ -166,12 +166,15 @@ void ApiServer::stop() {
 }
 
 void ApiServer::install_routes() {
-  server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  // Public, for load balancers and probes: the state and the HTTP status. The details (worker
+  // addresses, errors, pids) only with a key, or when the status page is public.
+  server_->Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
     const HealthReport h = health_();
-    json body = h.detail;
+    const bool details = options_.status_page_public || !options_.auth || holds_valid_key(req);
+    json body = details ? h.detail : json::object();
     body["state"] = draining_ ? "draining" : h.state;
     body["accepting"] = h.accepting && !draining_;
-    body["requests_in_flight"] = in_flight_.load();
+    if (details) body["requests_in_flight"] = in_flight_.load();
     res.status = (h.accepting && !draining_) ? 200 : 503;
     res.set_content(dump(body), "application/json");
   });
@@ -228,6 +231,11 @@ void ApiServer::install_routes() {
 void ApiServer::set_status_info(nlohmann::json info) {
   std::lock_guard<std::mutex> lock(status_mutex_);
   status_info_ = std::move(info);
+}
+
+bool ApiServer::holds_valid_key(const httplib::Request& req) const {
+  const std::string header = req.get_header_value("Authorization");
+  return keys_ != nullptr && header.rfind("Bearer ", 0) == 0 && keys_->authenticate(header.substr(7)).is_ok();
 }
 
 bool ApiServer::authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key) {

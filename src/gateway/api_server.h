@@ -78,6 +78,8 @@ class ApiServer {
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void respond_complete(const std::shared_ptr<Call>& call, httplib::Response& res);
   void respond_stream(const std::shared_ptr<Call>& call, httplib::Response& res);
+  // True when the request carries a key that the key store accepts (nothing is written).
+  bool holds_valid_key(const httplib::Request& req) const;
   // Checks the bearer key; on failure writes the 401 and returns false.
   bool authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key);
   // Ends `call` once: releases its limits and records metrics and usage.

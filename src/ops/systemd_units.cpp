@@ -35,14 +35,6 @@ std::string arg(const std::string& a) {
   return q + "\"";
 }
 
-// A size as tandem's flags read it, exact: "400GiB" rather than 429496729600.
-std::string size_flag(uint64_t bytes) {
-  for (const auto& [unit, shift] : {std::pair{"TiB", 40}, std::pair{"GiB", 30}, std::pair{"MiB", 20}, std::pair{"KiB", 10}}) {
-    if (bytes != 0 && bytes % (uint64_t{1} << shift) == 0) return std::to_string(bytes >> shift) + unit;
-  }
-  return std::to_string(bytes);
-}
-
 std::string common_hardening(const std::vector<std::string>& paths) {
   bool home = false;
   for (const auto& p : paths) home |= under(p, "/home/") || under(p, "/root/") || under(p, "/run/user/");
@@ -98,28 +90,14 @@ Result<std::string> make_unit(const config::Config& c, const UnitOptions& o) {
     caps = "# The head needs no capability and no namespaces of its own.\nCapabilityBoundingSet=\nRestrictNamespaces=yes\n"
            "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n";
   } else {
-    const config::WorkerConfig* w = nullptr;
-    for (const auto& x : c.workers) {
-      if (x.name == o.worker_name || (o.worker_name.empty() && c.workers.size() == 1)) w = &x;
-    }
-    if (w == nullptr) {
-      std::string names;
-      for (const auto& x : c.workers) names += (names.empty() ? "" : ", ") + x.name;
-      if (o.worker_name.empty()) return Status::invalid_argument("--name: which worker? the config has " + (names.empty() ? "none" : names));
-      return Status::not_found("no [[worker]] named '" + o.worker_name + "' in " + o.config_path + " (it has: " + names + ")");
-    }
-    std::string listen = w->listen;
-    if (listen.empty()) {
-      auto ep = link::parse_endpoint(w->address);
-      if (!ep.is_ok()) return ep.status().with_context("[[worker]] '" + w->name + "' address");
-      listen = "0.0.0.0:" + std::to_string(ep->port);
-    }
+    auto found = config::find_worker(c, o.worker_name);
+    if (!found.is_ok()) return found.status();
+    const config::WorkerConfig* w = found.value();
+    TANDEM_RETURN_IF_ERROR(config::worker_listen(*w).status());
     unit += "[Unit]\nDescription=tandem worker '" + w->name + "': lends this machine's devices to the head\n";
-    std::string exec = "ExecStart=" + arg(o.binary) + " worker --listen " + arg(listen) + " --secret-file " +
-                       arg(c.cluster.secret_file) + " --name " + arg(w->name);
+    // Its settings come from its [[worker]] table, read at every start.
+    std::string exec = "ExecStart=" + arg(o.binary) + " worker -c " + arg(o.config_path) + " --name " + arg(w->name);
     if (!w->cache_dir.empty()) {
-      exec += " --cache-dir " + arg(w->cache_dir);
-      if (w->cache_max_size) exec += " --cache-max-size " + size_flag(*w->cache_max_size);
       paths.push_back(w->cache_dir);
       writable_dirs += writable(w->cache_dir);
     }

@@ -51,4 +51,19 @@ Result<std::vector<NodeSpec>> declared_nodes(const config::Config& c) {
   return nodes;
 }
 
+Result<std::optional<std::pair<int, int>>> declared_layer_range(const config::Config& c, const ModelInfo& info,
+                                                                 const std::string& name) {
+  auto nodes = declared_nodes(c);
+  if (!nodes.is_ok()) return nodes.status();
+  auto options = plan_options_from_config(c);
+  if (!options.is_ok()) return options.status();
+  auto p = make_plan(info, nodes.value(), options.value());
+  if (!p.is_ok()) return p.status();
+  if (!p->fits) return Status::resource_exhausted("the declared plan does not fit: " + p->failure);
+  const auto ranges = layer_ranges(p->split, nodes.value());
+  const auto it = ranges.find(name);
+  if (it == ranges.end()) return std::optional<std::pair<int, int>>();
+  return std::optional<std::pair<int, int>>(std::pair{it->second.first, it->second.first + it->second.second - 1});
+}
+
 }  // namespace tandem::plan

@@ -1,6 +1,9 @@
 // Planning inputs taken from a tandem.toml (config::Config).
 #pragma once
 
+#include <optional>
+#include <utility>
+
 #include "common/status.h"
 #include "config/config.h"
 #include "plan/cluster.h"
@@ -18,5 +21,11 @@ Result<PlanOptions> plan_options_from_config(const config::Config& config);
 // planning where the live figures cannot be had (`tandem plan -c --declared`, `tandem worker seed
 // -c` on a worker). Error: a node without a declared memory, named.
 Result<std::vector<NodeSpec>> declared_nodes(const config::Config& config);
+
+// The layers [first, last] that node `name` runs under the plan of the declared figures (the
+// config's [model] layers when it gives them); nullopt when the plan gives it none. Errors: a
+// node without declared memory, a plan that does not fit, a bad hand split.
+Result<std::optional<std::pair<int, int>>> declared_layer_range(const config::Config& config, const ModelInfo& info,
+                                                                 const std::string& name);
 
 }  // namespace tandem::plan

@@ -175,9 +175,14 @@ pid_t RpcChild::spawn() {
   argv.push_back(nullptr);
   std::vector<std::string> env_store;
   for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "GGML_CUDA_DISABLE_GRAPHS=", 25) != 0) env_store.emplace_back(*e);
+    if (std::strncmp(*e, "GGML_CUDA_DISABLE_GRAPHS=", 25) != 0 && std::strncmp(*e, "GGML_NO_BACKTRACE=", 18) != 0) {
+      env_store.emplace_back(*e);
+    }
   }
   if (!options_.cuda_graphs) env_store.emplace_back("GGML_CUDA_DISABLE_GRAPHS=1");
+  // A head that goes away mid-session makes ggml's RPC server abort; a gdb backtrace of that
+  // says nothing an operator can act on.
+  if (!options_.backtraces) env_store.emplace_back("GGML_NO_BACKTRACE=1");
   std::vector<char*> envp;
   for (auto& e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);

@@ -133,7 +133,7 @@ nlohmann::json FaultCluster::health() {
   httplib::Client c("127.0.0.1", port_);
   c.set_connection_timeout(1, 0);
   c.set_read_timeout(2, 0);
-  auto r = c.Get("/health");
+  auto r = c.Get("/health", {{"Authorization", "Bearer " + key_}});  // the details need a key
   if (!r) return nullptr;
   auto j = nlohmann::json::parse(r->body, nullptr, false);
   return j.is_object() ? j : nlohmann::json();

@@ -187,6 +187,26 @@ TEST_F(ApiServerTest, NotAcceptingGives503WithRetryAfterAndState) {
   EXPECT_EQ(json::parse(h->body)["state"], "recovering");
 }
 
+// What a load balancer needs is public; what an attacker would like (addresses, errors, pids) is not.
+TEST_F(ApiServerTest, HealthShowsItsDetailsOnlyWithAKeyOrWhenThePageIsPublic) {
+  health_.detail = {{"nodes", json::array({{{"name", "b"}, {"address", "10.0.0.2:7070"}}})}, {"last_error", "secret"}};
+  auto bare = client_->Get("/health");
+  ASSERT_TRUE(bare);
+  EXPECT_EQ(bare->status, 200);
+  EXPECT_EQ(json::parse(bare->body), (json{{"state", "ready"}, {"accepting", true}}));
+  auto wrong = client_->Get("/health", auth(key_ + "x"));
+  EXPECT_EQ(json::parse(wrong->body).size(), 2u);
+  auto keyed = client_->Get("/health", auth(key_));
+  json j = json::parse(keyed->body);
+  EXPECT_EQ(j["nodes"][0]["address"], "10.0.0.2:7070");
+  EXPECT_EQ(j["last_error"], "secret");
+  EXPECT_EQ(j["requests_in_flight"], 0);
+  ApiOptions o;
+  o.status_page_public = true;
+  start(o);
+  EXPECT_EQ(json::parse(client_->Get("/health")->body)["nodes"][0]["name"], "b");
+}
+
 TEST_F(ApiServerTest, PerKeyConcurrencyGives429) {
   auto limited = keys_->create("one-at-a-time", {0, 1}).value().secret;
   backend_.delay = std::chrono::milliseconds(150);

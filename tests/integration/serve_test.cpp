@@ -83,7 +83,10 @@ TEST(Serve, ChatThroughTwoWorkersStreamingAndNot) {
   EXPECT_NE(streamed->body.find("\"completion_tokens\":8"), std::string::npos) << streamed->body;
 
   // The weights went over the links: both workers carried bytes.
-  auto health = json::parse(c.Get("/health")->body);
+  // /health shows the nodes only with a key; without one, the state alone.
+  auto bare = json::parse(c.Get("/health")->body);
+  EXPECT_EQ(bare, (json{{"state", "ready"}, {"accepting", true}}));
+  auto health = json::parse(c.Get("/health", auth(cluster))->body);
   ASSERT_EQ(health["nodes"].size(), 2u);
   for (const auto& n : health["nodes"]) {
     EXPECT_EQ(n["state"], "up");
@@ -228,10 +231,11 @@ TEST(Bench, MeasuresEveryFigureAgainstTandemServe) {
   EXPECT_NE(bad.err.find("401"), std::string::npos) << bad.err;
 }
 
-TEST(Serve, ABadConfigurationIsRefusedWithAMessage) {
+// Exit status 2 is what the units' RestartPreventExitStatus holds: a restart would not heal it.
+TEST(Serve, ABadConfigurationExitsTwoWithAMessage) {
   ScratchDir dir;
   auto r = run_tandem("serve -m " + dir.file("missing.gguf") + " --keys-db " + dir.file("k.db"), dir.file(""));
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("missing.gguf"), std::string::npos) << r.err;
   write_file(dir.file("bad.toml"), "[model]\ncontxt = 5\n");
   r = run_tandem("serve -c " + dir.file("bad.toml"), dir.file(""));
@@ -240,8 +244,68 @@ TEST(Serve, ABadConfigurationIsRefusedWithAMessage) {
   // Only the engine's switches for measuring: never one that serve sets (a restart loop otherwise).
   r = run_tandem("serve -m " + dir.file("missing.gguf") + " --engine-flag=--socket", dir.file(""));
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--engine-flag: '--socket' is not one serve passes on to the engine; these are: --no-worker-input-slots"),
+  EXPECT_NE(r.err.find("'--socket' is not an engine flag serve passes on to the engine; these are: --no-worker-input-slots"),
             std::string::npos) << r.err;
+  // A header-only model plans but cannot be served: refused at once, not restarted forever.
+  ASSERT_EQ(run_tandem("synth --preset m3 --header-only -o " + dir.file("m3.gguf"), dir.file("")).exit_code, 0);
+  r = run_tandem("serve -m " + dir.file("m3.gguf") + " --insecure-no-auth --listen 127.0.0.1:" + std::to_string(free_port()),
+                 dir.file(""));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("header-only"), std::string::npos) << r.err;
+  // One worker given twice would hold two sessions with itself.
+  r = run_tandem("serve -m " + dir.file("m3.gguf") + " --worker a=127.0.0.1:1 --worker b=127.0.0.1:1", dir.file(""));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("127.0.0.1:1 is given twice"), std::string::npos) << r.err;
+}
+
+// Debian's cpp-httplib sets SO_REUSEPORT: a second head on the same port used to start, and the
+// two took each other's clients and workers.
+TEST(Serve, ASecondServeOnAServedPortExitsOneNamingTheAddress) {
+  ScratchDir dir;
+  const ClusterFiles f = make_cluster_files(dir, "k");
+  const int port = free_port();
+  const std::string listen = "127.0.0.1:" + std::to_string(port);
+  ChildProcess first({TANDEM_BINARY, "serve", "-m", f.model, "--insecure-no-auth", "--listen", listen, "--context", "256", "-t", "1"},
+                     dir.file("first.log"));
+  ASSERT_TRUE(wait_for_port(port, 10000));
+  auto r = run_tandem("serve -m " + f.model + " --insecure-no-auth --listen " + listen, dir.file(""));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot listen on " + listen + ": the address is already in use"), std::string::npos) << r.err;
+  EXPECT_TRUE(first.running());
+  first.signal(SIGTERM);
+  EXPECT_EQ(first.wait(30000), 0);
+}
+
+// While it waits for a worker that does not answer, serve says which and why; SIGTERM then is a
+// clean stop (exit 0), not a failure.
+TEST(Serve, WaitingForAWorkerIsShownAndASigtermThenExitsZero) {
+  ScratchDir dir;
+  const ClusterFiles f = make_cluster_files(dir, "k");
+  const int port = free_port(), dead = free_port();
+  ChildProcess serve({TANDEM_BINARY, "serve", "-m", f.model, "--secret-file", f.secret, "--keys-db", dir.file("keys.db"),
+                      "--listen", "127.0.0.1:" + std::to_string(port), "--worker", "box-b=127.0.0.1:" + std::to_string(dead)},
+                     dir.file("serve.log"));
+  ASSERT_TRUE(wait_for_port(port, 10000));
+  httplib::Client c("127.0.0.1", port);
+  json h;
+  for (int i = 0; i < 100; ++i) {
+    h = json::parse(c.Get("/health", {{"Authorization", "Bearer " + f.key}})->body);
+    if (!h["nodes"].empty() && !h["nodes"][0]["last_error"].get<std::string>().empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(h["state"], "starting");
+  EXPECT_EQ(h["phase"], "waiting for worker box-b");
+  ASSERT_EQ(h["nodes"].size(), 1u);
+  EXPECT_EQ(h["nodes"][0]["name"], "box-b");
+  EXPECT_EQ(h["nodes"][0]["state"], "waiting");
+  EXPECT_NE(h["nodes"][0]["last_error"].get<std::string>().find("127.0.0.1:" + std::to_string(dead)), std::string::npos) << h.dump();
+  // The status page's figures say the same.
+  json st = json::parse(c.Get("/status.json", {{"Authorization", "Bearer " + f.key}})->body);
+  bool shown = false;
+  for (const auto& n : st["nodes"]) shown |= n["name"] == "box-b" && n["state"] == "waiting" && !n["last_error"].get<std::string>().empty();
+  EXPECT_TRUE(shown) << st.dump();
+  serve.signal(SIGTERM);
+  EXPECT_EQ(serve.wait(30000), 0);
 }
 
 }  // namespace

@@ -119,7 +119,7 @@ void run_load(int clients, int seconds, bool check_memory) {
   LocalCluster cluster(dir, 1, {"--max-in-flight", std::to_string(clients * 3 / 4)});
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
   httplib::Client hc("127.0.0.1", cluster.port());
-  auto health = [&] { auto r = hc.Get("/health"); return r ? json::parse(r->body, nullptr, false) : json(); };
+  auto health = [&] { auto r = hc.Get("/health", {{"Authorization", "Bearer " + cluster.key()}}); return r ? json::parse(r->body, nullptr, false) : json(); };
   const json h0 = health();
   const int engine = h0["engine"]["pid"];
   const int restarts0 = h0["engine"]["restarts"];
