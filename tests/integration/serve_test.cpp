@@ -143,6 +143,13 @@ TEST(Serve, AWorkerKilledMidStreamEndsTheStreamWithAnErrorAndTheClusterRecovers)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(state, "degraded");
+  // The engine went with the worker: its live figures must not stay frozen at their last values.
+  const json h = json::parse(c.Get("/health", auth(cluster))->body);
+  EXPECT_EQ(h["engine"]["state"], "stopped") << h.dump();
+  EXPECT_EQ(h["engine"]["slots_busy"], 0) << h.dump();
+  EXPECT_EQ(h["engine"]["tokens_per_s"], 0.0) << h.dump();
+  const json st = json::parse(c.Get("/status.json", auth(cluster))->body);
+  EXPECT_EQ(st["engine"]["tokens_per_s"], 0.0) << st.dump();
   auto refused = c.Post("/v1/chat/completions", auth(cluster), chat(false).dump(), "application/json");
   EXPECT_EQ(refused->status, 503);
   EXPECT_FALSE(refused->get_header_value("Retry-After").empty());
@@ -229,6 +236,56 @@ TEST(Bench, MeasuresEveryFigureAgainstTandemServe) {
   auto bad = run_tandem("bench --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key nope --runs 1", dir.file(""));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("401"), std::string::npos) << bad.err;
+}
+
+// A worker serves one head. A second head does not fight over it: it says who holds the worker,
+// shows the node `refused`, starts no engine (no abort loop), and serves once the worker is free.
+TEST(Serve, AHeadAWorkerRefusesSaysWhyAndServesOnceTheWorkerIsFree) {
+  ScratchDir dir;
+  LocalCluster first(dir, 1, {"--head-name", "box-a"});
+  ASSERT_TRUE(first.wait_ready()) << first.log();
+  const int port = free_port();
+  const std::string worker = "w0=127.0.0.1:" + std::to_string(first.worker_port(0));
+  auto second = std::make_unique<ChildProcess>(
+      std::vector<std::string>{TANDEM_BINARY, "serve", "-m", first.model(), "--secret-file", first.secret_file(), "--keys-db",
+                               dir.file("keys.db"), "--listen", "127.0.0.1:" + std::to_string(port), "--context", "512", "-t", "1",
+                               "--head-name", "box-z", "--worker", worker, "--layers", "2,2"},
+      dir.file("second.log"));
+  ASSERT_TRUE(wait_for_port(port, 10000));
+  httplib::Client c("127.0.0.1", port);
+  json node = json::object();
+  for (int i = 0; i < 150 && node.value("state", "") != "refused"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto r = c.Get("/health", auth(first));
+    const json nodes = r ? json::parse(r->body).value("nodes", json::array()) : json::array();
+    if (!nodes.empty()) node = nodes[0];
+  }
+  ASSERT_EQ(node.value("state", ""), "refused") << node.dump();
+  EXPECT_NE(node["last_error"].get<std::string>().find("serves another head, 'box-a'"), std::string::npos) << node.dump();
+  // The first head was never disturbed.
+  EXPECT_EQ(c.Get("/health")->status, 503);
+  httplib::Client a("127.0.0.1", first.port());
+  EXPECT_EQ(a.Post("/v1/chat/completions", auth(first), chat(false).dump(), "application/json")->status, 200);
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // a retry or two, quietly
+  const std::string log = read_file(dir.file("second.log"));
+  EXPECT_EQ(log.find("engine started"), std::string::npos) << log;
+  size_t said = 0;
+  for (size_t at = log.find("serves another head"); at != std::string::npos; at = log.find("serves another head", at + 1)) ++said;
+  EXPECT_EQ(said, 1u) << log;
+
+  first.gateway().signal(SIGTERM);
+  ASSERT_EQ(first.gateway().wait(30000), 0);
+  bool ready = false;
+  for (int i = 0; i < 600 && !ready; ++i) {
+    auto r = c.Get("/health");
+    ready = r && r->status == 200;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(ready) << read_file(dir.file("second.log"));
+  EXPECT_NE(read_file(dir.file("second.log")).find("worker w0 is free again"), std::string::npos);
+  EXPECT_EQ(c.Post("/v1/chat/completions", auth(first), chat(false).dump(), "application/json")->status, 200);
+  second->signal(SIGTERM);
+  EXPECT_EQ(second->wait(30000), 0);
 }
 
 // Exit status 2 is what the units' RestartPreventExitStatus holds: a restart would not heal it.
