@@ -37,7 +37,7 @@ void register_doctor(CLI::App& app) {
       failed += check.verdict == ops::Verdict::fail;
       warned += check.verdict == ops::Verdict::warn;
     }
-    std::printf("%zu checks: %zu failed, %zu warnings\n", checks.size(), failed, warned);
+    std::printf("%zu checks: %zu failed, %zu warning%s\n", checks.size(), failed, warned, warned == 1 ? "" : "s");
     if (failed > 0) throw Exit{1};
   });
 }

@@ -192,7 +192,12 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
     for (const auto& s : p->suggestions) msg += "; " + s;
     return Status::resource_exhausted(msg);
   }
-  api.set_status_info(status_info_from_plan(p.value(), nodes, info->n_layer));
+  {
+    // The placement as `tandem plan -c --json` prints it, so that the two can be compared.
+    nlohmann::json status = status_info_from_plan(p.value(), nodes, info->n_layer);
+    status["placement"] = nlohmann::json::parse(plan::plan_to_json(p.value(), info.value(), options.value(), -1));
+    api.set_status_info(status);
+  }
   std::string names;
   for (const auto& n : nodes) names += (names.empty() ? "" : ", ") + n.name;
   log("plan: layers \"" + plan::layer_shares(p.value()) + "\" on " + names + ", bandwidth bound " +

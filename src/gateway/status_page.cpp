@@ -12,7 +12,7 @@ const std::string& status_page_html() {
 }
 
 json status_info_from_plan(const plan::Plan& p, const std::vector<plan::NodeSpec>& nodes, uint32_t n_layer) {
-  // Layers per node from the split libllama gets (it may have been given by hand with --layers).
+  // Layers per node from the split libllama gets.
   const auto range = plan::layer_ranges(p.split, nodes);
   json out = {{"tokens_per_s", p.tokens_per_second()}, {"n_layer", n_layer}, {"nodes", json::array()}};
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -20,19 +20,13 @@ json status_info_from_plan(const plan::Plan& p, const std::vector<plan::NodeSpec
     const int first = it == range.end() ? 0 : it->second.first, layers = it == range.end() ? 0 : it->second.second;
     json node = {{"name", nodes[i].name}, {"role", i == 0 ? "head" : "worker"}, {"address", nodes[i].address},
                  {"first_layer", first}, {"layers", layers}, {"devices", json::array()}};
-    int planned = 0;
     for (const auto& d : p.devices) {
       if (d.node != nodes[i].name) continue;
-      planned += d.n_layers;
       node["devices"].push_back({{"name", d.device},
                                  {"kind", d.hardware},
                                  {"need_bytes", d.need()},
                                  {"free_bytes", d.free_bytes},
                                  {"margin_bytes", d.margin}});
-    }
-    // With a split by hand the planner's memory figures are for other layers: show free memory only.
-    if (planned != layers) {
-      for (auto& d : node["devices"]) d["need_bytes"] = nullptr;
     }
     out["nodes"].push_back(node);
   }
@@ -49,6 +43,7 @@ json status_snapshot(const HealthReport& h, const json& info, const std::string&
               {"last_error", d.value("last_error", std::string())},
               {"phase", d.value("phase", std::string())},
               {"plan", {{"tokens_per_s", info.value("tokens_per_s", 0.0)}, {"n_layer", info.value("n_layer", 0)}}},
+              {"placement", info.value("placement", json())},
               {"nodes", json::array()}};
   const json links = d.value("nodes", json::array());
   for (json node : info.value("nodes", json::array())) {

@@ -83,6 +83,10 @@ class Doctor {
       add(head, "model", Verdict::fail, "[model] path is not set", "set [model] path to the GGUF file (its first split)");
     } else if (auto info = plan::read_model_info(c_.model.path); !info.is_ok()) {
       add(head, "model", Verdict::fail, info.status().message(), "check [model] path; for a split model name the -00001-of- file");
+    } else if (info->header_only) {
+      info_ = info.value();  // still planned with: the checks of memory hold for the real model
+      add(head, "model", Verdict::fail, c_.model.path + ": a header-only file (tensor table, no weights): serve would refuse it",
+          "point [model] path at the real GGUF file (its first split)");
     } else {
       info_ = info.value();
       add(head, "model", Verdict::pass, c_.model.path + ": " + info_->arch + ", " + std::to_string(info_->n_layer) + " layers, " + format_bytes(info_->tensor_bytes));

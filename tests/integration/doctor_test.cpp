@@ -138,6 +138,19 @@ TEST_F(Doctor, AHealthyClusterExitsZero) {
   EXPECT_NE(r.out.find("0 failed"), std::string::npos) << r.out;
 }
 
+// serve refuses a header-only model, so doctor must not pass it.
+TEST_F(Doctor, AHeaderOnlyModelFailsWhatServeWouldRefuse) {
+  ASSERT_EQ(run_tandem("synth --preset m3 --header-only -o " + dir_.file("m3.gguf"), dir_.file("")).exit_code, 0);
+  const int good = free_port();
+  auto g = worker("good", "127.0.0.1", good, "cluster.key");
+  std::string cfg = read_file(config({{"good", "127.0.0.1:" + std::to_string(good)}}));
+  cfg.replace(cfg.find(dir_.file("tiny.gguf")), dir_.file("tiny.gguf").size(), dir_.file("m3.gguf"));
+  write_file(dir_.file("tandem.toml"), cfg);
+  auto r = run_tandem("doctor -c " + dir_.file("tandem.toml") + " --pings 2 --probe-bytes 0", dir_.file(""));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(line_of(r.out, "FAIL  head  model:").find("header-only"), std::string::npos) << r.out;
+}
+
 TEST_F(Doctor, ABadConfigIsAUsageError) {
   write_file(dir_.file("bad.toml"), "[model]\ncontxt = 4\n");
   auto r = run_tandem("doctor -c " + dir_.file("bad.toml"), dir_.file(""));
