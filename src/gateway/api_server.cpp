@@ -12,6 +12,7 @@
 #include <ctime>
 #include <deque>
 
+#include "gateway/access_log.h"
 #include "gateway/openai.h"
 #include "gateway/status_page.h"
 
@@ -92,6 +93,8 @@ struct ApiServer::Call {
   bool include_usage = false;
   int64_t created = 0;
   Clock::time_point started = Clock::now();
+  Clock::time_point first_token{};  // the first delta's arrival; epoch while none came
+  int error_status = 0;             // a stream that ended in an error: that error's HTTP status
   std::atomic<bool> finished{false};
   openai::Accumulated result;
 
@@ -166,6 +169,11 @@ void ApiServer::stop() {
 }
 
 void ApiServer::install_routes() {
+  server_->set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    access_log::begin();
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  server_->set_logger([](const httplib::Request& req, const httplib::Response& res) { access_log::write(req, res); });
   // Public, for load balancers and probes: the state and the HTTP status. The details (worker
   // addresses, errors, pids) only with a key, or when the status page is public.
   server_->Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
@@ -240,7 +248,8 @@ bool ApiServer::holds_valid_key(const httplib::Request& req) const {
 
 bool ApiServer::authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key) {
   if (!options_.auth) {
-    key->id = "anonymous";
+    key->id = key->name = "anonymous";
+    access_log::note().key = key->name;
     return true;
   }
   const std::string header = req.get_header_value("Authorization");
@@ -258,6 +267,7 @@ bool ApiServer::authenticate(const httplib::Request& req, httplib::Response& res
     return false;
   }
   *key = k.value();
+  access_log::note().key = key->name;
   return true;
 }
 
@@ -275,6 +285,7 @@ void ApiServer::handle_generate(Endpoint endpoint, const httplib::Request& req, 
   }
   auto body = openai::parse_request(req.body, endpoint, options_.model_id);
   if (!body.is_ok()) return refuse(body.status(), 0);
+  access_log::note().model = body->value("model", "");
   const HealthReport health = health_();
   if (draining_) return refuse(Status::unavailable("the server is shutting down"), 5);
   if (!health.accepting) {
@@ -332,6 +343,7 @@ void ApiServer::respond_complete(const std::shared_ptr<Call>& call, httplib::Res
   GenerationEvent e;
   for (;;) {
     if (!call->pop(&e, std::chrono::milliseconds(1000))) continue;  // the backend always ends with done or error
+    observe(*call, e);
     if (e.type == GenerationEvent::Type::delta) {
       call->result.add(e);
       continue;
@@ -344,8 +356,6 @@ void ApiServer::respond_complete(const std::shared_ptr<Call>& call, httplib::Res
     res.status = 200;
     call->result.add(e);
     call->result.finish_reason = e.finish_reason;
-    call->result.prompt_tokens = e.prompt_tokens;
-    call->result.completion_tokens = e.completion_tokens;
     res.set_content(dump(openai::completion_response(call->request, options_.model_id, call->created, call->result)),
                     "application/json");
   }
@@ -368,6 +378,7 @@ void ApiServer::respond_stream(const std::shared_ptr<Call>& call, httplib::Respo
           }
           return true;
         }
+        observe(*call, e);
         std::string out;
         if (e.type == GenerationEvent::Type::error) {
           out = "data: " + openai::error_body(e.error) + "\n\n";
@@ -376,8 +387,6 @@ void ApiServer::respond_stream(const std::shared_ptr<Call>& call, httplib::Respo
           *first = false;
           call->result.add(e);
           if (e.type == GenerationEvent::Type::done) {
-            call->result.prompt_tokens = e.prompt_tokens;
-            call->result.completion_tokens = e.completion_tokens;
             if (call->include_usage) {
               out += sse(openai::usage_chunk(call->request, options_.model_id, call->created, e.prompt_tokens, e.completion_tokens));
             }
@@ -394,12 +403,29 @@ void ApiServer::respond_stream(const std::shared_ptr<Call>& call, httplib::Respo
       [this, call](bool success) { finish(*call, success ? 200 : 499); });
 }
 
+void ApiServer::observe(Call& call, const GenerationEvent& e) {
+  if (e.type == GenerationEvent::Type::delta && call.first_token == Clock::time_point{}) call.first_token = Clock::now();
+  if (e.type == GenerationEvent::Type::error) call.error_status = openai::http_status(e.error);
+  if (e.type == GenerationEvent::Type::done) {
+    call.result.prompt_tokens = e.prompt_tokens;
+    call.result.completion_tokens = e.completion_tokens;
+  }
+  // Events are taken on the request's own thread: its access-log line learns them here.
+  access_log::Note& n = access_log::note();
+  n.prompt_tokens = call.result.prompt_tokens;
+  n.completion_tokens = call.result.completion_tokens;
+  if (call.first_token != Clock::time_point{}) n.ttft_s = std::chrono::duration<double>(call.first_token - call.started).count();
+  n.status = call.error_status;
+}
+
 void ApiServer::finish(Call& call, int http_status) {
   if (call.finished.exchange(true)) return;
   limiter_.release(call.key.id);
   --in_flight_;
-  metrics_.request_finished(call.endpoint_name, http_status,
-                            std::chrono::duration<double>(Clock::now() - call.started).count());
+  // A stream that began with 200 and ended in an error is a failed request.
+  const int status = call.error_status != 0 ? call.error_status : http_status;
+  const double ttft = call.first_token == Clock::time_point{} ? -1 : std::chrono::duration<double>(call.first_token - call.started).count();
+  metrics_.request_finished(call.endpoint_name, status, std::chrono::duration<double>(Clock::now() - call.started).count(), ttft);
   metrics_.tokens(call.result.prompt_tokens, call.result.completion_tokens);
   if (keys_ != nullptr && options_.auth && (call.result.prompt_tokens || call.result.completion_tokens)) {
     keys_->record_usage(call.key.id, call.result.prompt_tokens, call.result.completion_tokens);

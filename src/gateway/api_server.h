@@ -82,6 +82,8 @@ class ApiServer {
   bool holds_valid_key(const httplib::Request& req) const;
   // Checks the bearer key; on failure writes the 401 and returns false.
   bool authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key);
+  // Records what an event says of its request: first token, tokens, an error's status.
+  void observe(Call& call, const GenerationEvent& e);
   // Ends `call` once: releases its limits and records metrics and usage.
   void finish(Call& call, int http_status);
 

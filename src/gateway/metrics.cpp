@@ -1,18 +1,16 @@
 #include "gateway/metrics.h"
 
-#include <sstream>
+#include <vector>
 
 namespace tandem::gateway {
 
-void Metrics::request_finished(const std::string& endpoint, int http_status, double seconds) {
+namespace p = prometheus;
+
+void Metrics::request_finished(const std::string& endpoint, int http_status, double seconds, double ttft_seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++requests_[{endpoint, http_status}];
-  Histogram& h = latency_[endpoint];
-  for (size_t i = 0; i < kBuckets.size(); ++i) {
-    if (seconds <= kBuckets[i]) ++h.counts[i];
-  }
-  ++h.count;
-  h.sum += seconds;
+  latency_[endpoint].observe(kLatency, seconds);
+  if (ttft_seconds >= 0) ttft_[endpoint].observe(kTtft, ttft_seconds);
 }
 
 void Metrics::tokens(uint64_t prompt, uint64_t completion) {
@@ -28,30 +26,27 @@ void Metrics::set_in_flight(int n) {
 
 std::string Metrics::render() {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::ostringstream o;
-  o << "# HELP tandem_http_requests_total HTTP API requests by endpoint and status code.\n"
-       "# TYPE tandem_http_requests_total counter\n";
+  std::vector<p::Sample> requests;
   for (const auto& [k, v] : requests_) {
-    o << "tandem_http_requests_total{endpoint=\"" << k.first << "\",code=\"" << k.second << "\"} " << v << "\n";
+    requests.push_back({"endpoint=\"" + p::label(k.first) + "\",code=\"" + std::to_string(k.second) + "\"", static_cast<double>(v)});
   }
-  o << "# HELP tandem_request_duration_seconds Time from request to last byte, by endpoint.\n"
-       "# TYPE tandem_request_duration_seconds histogram\n";
-  for (const auto& [endpoint, h] : latency_) {
-    for (size_t i = 0; i < kBuckets.size(); ++i) {
-      o << "tandem_request_duration_seconds_bucket{endpoint=\"" << endpoint << "\",le=\"" << kBuckets[i] << "\"} "
-        << h.counts[i] << "\n";
-    }
-    o << "tandem_request_duration_seconds_bucket{endpoint=\"" << endpoint << "\",le=\"+Inf\"} " << h.count << "\n";
-    o << "tandem_request_duration_seconds_sum{endpoint=\"" << endpoint << "\"} " << h.sum << "\n";
-    o << "tandem_request_duration_seconds_count{endpoint=\"" << endpoint << "\"} " << h.count << "\n";
-  }
-  o << "# HELP tandem_tokens_total Tokens processed, by kind.\n# TYPE tandem_tokens_total counter\n"
-    << "tandem_tokens_total{kind=\"prompt\"} " << prompt_tokens_ << "\n"
-    << "tandem_tokens_total{kind=\"completion\"} " << completion_tokens_ << "\n";
-  o << "# HELP tandem_requests_in_flight Generation requests admitted and not finished.\n"
-       "# TYPE tandem_requests_in_flight gauge\n"
-    << "tandem_requests_in_flight " << in_flight_ << "\n";
-  return o.str();
+  auto series = [](const std::map<std::string, Histogram>& by_endpoint) {
+    std::vector<std::pair<std::string, Histogram>> out;
+    for (const auto& [endpoint, h] : by_endpoint) out.emplace_back("endpoint=\"" + p::label(endpoint) + "\"", h);
+    return out;
+  };
+  return p::family("tandem_http_requests_total", "counter",
+                   "HTTP API requests by endpoint and status code (a stream cut by an error counts with the error's status).",
+                   requests) +
+         p::histogram_family("tandem_request_duration_seconds", "Time from request to last byte, by endpoint.", kLatency,
+                             series(latency_)) +
+         p::histogram_family("tandem_time_to_first_token_seconds", "Time from request to the first generated token, by endpoint.",
+                             kTtft, series(ttft_)) +
+         p::family("tandem_tokens_total", "counter", "Tokens processed, by kind.",
+                   {{"kind=\"prompt\"", static_cast<double>(prompt_tokens_)},
+                    {"kind=\"completion\"", static_cast<double>(completion_tokens_)}}) +
+         p::family("tandem_requests_in_flight", "gauge", "Generation requests admitted and not finished.",
+                   {{"", static_cast<double>(in_flight_)}});
 }
 
 }  // namespace tandem::gateway

@@ -14,6 +14,7 @@
 
 #include "common/cached_tensor.h"
 #include "common/log.h"
+#include "gateway/prometheus.h"
 #include "link/control.h"
 
 namespace tandem::gateway {
@@ -487,7 +488,7 @@ std::string Supervisor::state() {
 HealthReport Supervisor::health() {
   HealthReport h;
   nlohmann::json nodes = nlohmann::json::array();
-  std::string metrics;
+  std::vector<prometheus::Sample> link_bytes, node_up;
   for (size_t i = 0; i < forwarders_.size(); ++i) {
     const link::ForwarderStats st = forwarders_[i]->stats();
     const std::string& name = options_.workers[i].name;
@@ -497,9 +498,10 @@ HealthReport Supervisor::health() {
                      {"bytes_to_worker", st.bytes_to_worker},
                      {"bytes_from_worker", st.bytes_from_worker},
                      {"last_error", st.last_error}});
-    metrics += "tandem_link_bytes_total{worker=\"" + name + "\",direction=\"to_worker\"} " + std::to_string(st.bytes_to_worker) + "\n";
-    metrics += "tandem_link_bytes_total{worker=\"" + name + "\",direction=\"from_worker\"} " + std::to_string(st.bytes_from_worker) + "\n";
-    metrics += "tandem_node_up{node=\"" + name + "\"} " + std::to_string(st.state == link::LinkState::up ? 1 : 0) + "\n";
+    const std::string worker = "worker=\"" + prometheus::label(name) + "\"";
+    link_bytes.push_back({worker + ",direction=\"to_worker\"", static_cast<double>(st.bytes_to_worker)});
+    link_bytes.push_back({worker + ",direction=\"from_worker\"", static_cast<double>(st.bytes_from_worker)});
+    node_up.push_back({"node=\"" + prometheus::label(name) + "\"", st.state == link::LinkState::up ? 1.0 : 0.0});
   }
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& n : nodes) {
@@ -526,12 +528,25 @@ HealthReport Supervisor::health() {
               {"load", load},
               {"nodes", nodes},
               {"last_error", last_error_}};
-  metrics += "# HELP tandem_state 1 for the gateway's current state.\n# TYPE tandem_state gauge\n";
-  for (const char* s : {"starting", "loading", "ready", "degraded", "recovering"}) {
-    metrics += std::string("tandem_state{state=\"") + s + "\"} " + (h.state == s ? "1" : "0") + "\n";
+  std::vector<prometheus::Sample> states;
+  for (const char* st : {"starting", "loading", "ready", "degraded", "recovering"}) {
+    states.push_back({std::string("state=\"") + st + "\"", h.state == st ? 1.0 : 0.0});
   }
-  metrics += "tandem_engine_restarts_total " + std::to_string(restarts_) + "\n";
-  h.extra_metrics = "# HELP tandem_link_bytes_total Bytes through each worker's link.\n# TYPE tandem_link_bytes_total counter\n" + metrics;
+  const bool running = engine_pid_ > 0;
+  h.extra_metrics =
+      prometheus::family("tandem_link_bytes_total", "counter", "RPC bytes through each worker's link, by direction.", link_bytes) +
+      prometheus::family("tandem_node_up", "gauge", "1 while the worker's heartbeat answers.", node_up) +
+      prometheus::family("tandem_state", "gauge", "1 for the gateway's current state.", states) +
+      prometheus::family("tandem_engine_restarts_total", "counter", "Engine restarts since the gateway started.",
+                         {{"", static_cast<double>(restarts_)}}) +
+      prometheus::family("tandem_slots_busy", "gauge", "Engine slots generating now.",
+                         {{"", running ? static_cast<double>(engine_status_.slots_busy) : 0.0}}) +
+      prometheus::family("tandem_slots_capacity", "gauge", "Engine slots (parallel sequences) of the running engine.",
+                         {{"", running ? static_cast<double>(engine_status_.slots_total) : 0.0}}) +
+      prometheus::family("tandem_queue_depth", "gauge", "Requests the engine holds waiting for a free slot.",
+                         {{"", running ? static_cast<double>(engine_status_.waiting) : 0.0}}) +
+      prometheus::family("tandem_engine_tokens_per_second", "gauge", "Tokens generated per second over the last few seconds.",
+                         {{"", running ? engine_status_.tokens_per_s : 0.0}});
   return h;
 }
 
