@@ -16,25 +16,25 @@ TEST(Config, ReadsEveryKeyOfTheExample) {
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_EQ(c->cluster.secret_file, "/etc/tandem/cluster.key");
   EXPECT_EQ(c->cluster.head_name, "box-a");
-  EXPECT_EQ(c->cluster.head_memory, 120ull << 30);
+  EXPECT_EQ(c->cluster.head_memory, 116ull << 30);
   EXPECT_EQ(c->cluster.head_bandwidth, 273e9);
   EXPECT_EQ(c->cluster.head_device, "gpu");
   ASSERT_EQ(c->workers.size(), 1u);
   EXPECT_EQ(c->workers[0].name, "box-b");
   EXPECT_EQ(c->workers[0].address, "10.0.0.2:7070");
-  EXPECT_EQ(c->workers[0].memory, 120ull << 30);
+  EXPECT_EQ(c->workers[0].memory, 116ull << 30);
   EXPECT_EQ(c->workers[0].listen, "0.0.0.0:7070");
   EXPECT_EQ(c->workers[0].cache_dir, "/var/cache/tandem/rpc");
   EXPECT_EQ(c->workers[0].cache_max_size, 400ull << 30);
   EXPECT_EQ(c->model.path, "/models/MiniMax-M3-UD-IQ4_XS-00001-of-00005.gguf");
   EXPECT_EQ(c->model.context, 32768u);
-  EXPECT_EQ(c->model.parallel, 2u);
-  EXPECT_EQ(c->model.kv_type, "f16");
+  EXPECT_EQ(c->model.parallel, 1u);
+  EXPECT_EQ(c->model.kv_type, "q8_0");
   EXPECT_EQ(c->server.listen, "0.0.0.0:8080");
   EXPECT_EQ(c->server.keys_db, "/var/lib/tandem/keys.db");
   EXPECT_FALSE(c->server.status_page_public);
-  EXPECT_DOUBLE_EQ(c->plan.margin, 0.05);
-  EXPECT_EQ(c->plan.margin_bytes, 1ull << 30);
+  EXPECT_DOUBLE_EQ(c->plan.margin, 0.02);
+  EXPECT_EQ(c->plan.margin_bytes, 512ull << 20);
   EXPECT_DOUBLE_EQ(c->plan.hop_ms, 0.5);
 }
 

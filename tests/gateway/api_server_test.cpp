@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
+#include <set>
 #include <future>
 #include <sstream>
 #include <thread>
@@ -265,6 +267,68 @@ TEST_F(ApiServerTest, MetricsCountRequestsAndTokens) {
   ASSERT_EQ(m->status, 200);
   EXPECT_NE(m->body.find("tandem_http_requests_total{endpoint=\"chat\",code=\"200\"} 1"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("tandem_tokens_total{kind=\"completion\"} 4"), std::string::npos);
+}
+
+// Checks the exposition format's grouping: every family's HELP and TYPE once, before its samples,
+// and all of its samples together. Returns what is wrong, or "".
+std::string family_grouping_errors(const std::string& page) {
+  std::map<std::string, std::string> types;  // family -> TYPE
+  std::set<std::string> helped, closed;
+  std::string current, errors;
+  std::istringstream in(page);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    std::istringstream words(line);
+    std::string first, kind, name, type;
+    words >> first;
+    if (first == "#") {
+      words >> kind >> name >> type;
+      if (kind == "HELP" && !helped.insert(name).second) errors += "second HELP of " + name + "\n";
+      if (kind == "TYPE" && !types.emplace(name, type).second) errors += "second TYPE of " + name + "\n";
+      if (name != current) {
+        if (!current.empty()) closed.insert(current);
+        current = name;
+      }
+      continue;
+    }
+    std::string metric = first.substr(0, first.find('{'));
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string s = suffix;
+      const std::string base = metric.size() > s.size() ? metric.substr(0, metric.size() - s.size()) : "";
+      if (metric.ends_with(s) && types.count(base) && types[base] == "histogram") metric = base;
+    }
+    if (!types.count(metric) || !helped.count(metric)) errors += "sample before HELP/TYPE: " + line + "\n";
+    if (closed.count(metric)) errors += "samples of " + metric + " apart: " + line + "\n";
+    if (metric != current) {
+      if (!current.empty()) closed.insert(current);
+      current = metric;
+    }
+  }
+  return errors;
+}
+
+TEST_F(ApiServerTest, MetricsGroupEachFamilyWithHelpAndTypeAndCountAStreamCutMidwayAsAnError) {
+  ASSERT_EQ(post("/v1/chat/completions", chat(), key_)->status, 200);
+  ASSERT_EQ(post("/v1/completions", {{"model", "tiny"}, {"prompt", "hi"}}, key_)->status, 200);
+  backend_.fail_midway = Status::unavailable("worker box-b (127.0.0.1:1): lost");
+  auto cut = post("/v1/chat/completions", chat(true), key_);
+  ASSERT_EQ(cut->status, 200);  // the stream had begun
+  EXPECT_NE(cut->body.find("box-b"), std::string::npos) << cut->body;
+  for (int i = 0; i < 100 && server_->in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  health_.extra_metrics = "# HELP tandem_queue_depth Requests waiting.\n# TYPE tandem_queue_depth gauge\ntandem_queue_depth 0\n";
+  auto m = client_->Get("/metrics");
+  ASSERT_EQ(m->status, 200);
+  EXPECT_EQ(family_grouping_errors(m->body), "") << m->body;
+  EXPECT_NE(m->body.find("tandem_http_requests_total{endpoint=\"chat\",code=\"200\"} 1\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("tandem_http_requests_total{endpoint=\"chat\",code=\"503\"} 1\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("tandem_http_requests_total{endpoint=\"completions\",code=\"200\"} 1\n"), std::string::npos) << m->body;
+  // Every finished request is in the latency histogram; the ones that produced a token in TTFT's.
+  EXPECT_NE(m->body.find("tandem_request_duration_seconds_count{endpoint=\"chat\"} 2\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("tandem_time_to_first_token_seconds_count{endpoint=\"chat\"} 2\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("tandem_request_duration_seconds_bucket{endpoint=\"chat\",le=\"+Inf\"} 2\n"), std::string::npos);
+  EXPECT_NE(m->body.find("tandem_queue_depth 0\n"), std::string::npos);
+  EXPECT_EQ(family_grouping_errors("# HELP a x\n# TYPE a counter\na 1\n# HELP b y\n# TYPE b gauge\nb 1\na 2\n"),
+            "samples of a apart: a 2\n");  // the checker itself catches what it is for
 }
 
 TEST_F(ApiServerTest, NonUtf8PathsAndOddFieldTypesNeitherCrashNorLeakSlots) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "plan/solver.h"
@@ -112,8 +113,37 @@ TEST_F(PlanM3, ANodeWithNoFreeMemoryGetsNoLayers) {
   EXPECT_NE(head.err.find("the head 'a'"), std::string::npos) << head.err;
 }
 
+// deploy/tandem.example.toml is for MiniMax-M3 on two 128 GB boxes: planned from its declared
+// figures against the real tensor table, it fits with room to spare on both.
+TEST_F(PlanM3, TheShippedExampleFitsTheRealModelWithHeadroom) {
+  std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/deploy/tandem.example.toml");
+  std::string example((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string model_key = "path = \"";
+  const size_t at = example.find(model_key);
+  ASSERT_NE(at, std::string::npos);
+  example.replace(at + model_key.size(), example.find('"', at + model_key.size()) - at - model_key.size(), m3_);
+  tandem::testing::write_file(dir_.file("tandem.toml"), example);
+  auto r = run_tandem("plan --declared --json -c " + dir_.file("tandem.toml"), dir_.file(""));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["fits"].get<bool>());
+  int layers = 0;
+  for (const auto& d : j["devices"]) {
+    // 2 GiB beyond the margins, which hold back another 2.8 GiB.
+    EXPECT_GT(d["headroom"].get<int64_t>(), int64_t{2} << 30) << d.dump();
+    EXPECT_LE(d["free"].get<int64_t>(), int64_t{119} << 30) << "more than `free` reports on a 128 GB box: " << d.dump();
+    layers += d["n_layers"].get<int>();
+  }
+  EXPECT_EQ(layers, 60);
+  EXPECT_GE(j["request"]["context"].get<int>(), 32768) << "an agent's context";
+}
+
 TEST_F(PlanM3, UsageErrorsExitWith2) {
   EXPECT_EQ(plan("--node a=lots").exit_code, 2);
+  // A size without a unit is refused rather than read as bytes.
+  auto bare = plan("--node box-a=128");
+  EXPECT_EQ(bare.exit_code, 2);
+  EXPECT_NE(bare.err.find("unit"), std::string::npos) << bare.err;
   EXPECT_EQ(plan("--node a=1GiB --kv-type q3").exit_code, 2);
   EXPECT_EQ(plan("").exit_code, 2);  // no nodes
 }
