@@ -188,7 +188,8 @@ void ApiServer::install_routes() {
   });
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     metrics_.set_in_flight(in_flight_);
-    res.set_content(metrics_.render() + health_().extra_metrics, "text/plain; version=0.0.4");
+    const HealthReport h = health_();
+    res.set_content(metrics_.render(draining_ ? "draining" : h.state) + h.extra_metrics, "text/plain; version=0.0.4");
   });
   // The status page: the HTML holds no data and is public; the figures come from /status.json,
   // which needs a key unless [server] status_page_public is set.

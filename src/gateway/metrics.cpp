@@ -24,11 +24,15 @@ void Metrics::set_in_flight(int n) {
   in_flight_ = n;
 }
 
-std::string Metrics::render() {
+std::string Metrics::render(const std::string& state) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<p::Sample> requests;
   for (const auto& [k, v] : requests_) {
     requests.push_back({"endpoint=\"" + p::label(k.first) + "\",code=\"" + std::to_string(k.second) + "\"", static_cast<double>(v)});
+  }
+  std::vector<p::Sample> states;
+  for (const char* st : {"starting", "loading", "ready", "degraded", "recovering", "draining"}) {
+    states.push_back({std::string("state=\"") + st + "\"", state == st ? 1.0 : 0.0});
   }
   auto series = [](const std::map<std::string, Histogram>& by_endpoint) {
     std::vector<std::pair<std::string, Histogram>> out;
@@ -46,7 +50,8 @@ std::string Metrics::render() {
                    {{"kind=\"prompt\"", static_cast<double>(prompt_tokens_)},
                     {"kind=\"completion\"", static_cast<double>(completion_tokens_)}}) +
          p::family("tandem_requests_in_flight", "gauge", "Generation requests admitted and not finished.",
-                   {{"", static_cast<double>(in_flight_)}});
+                   {{"", static_cast<double>(in_flight_)}}) +
+         p::family("tandem_state", "gauge", "1 for the state /health answers now, 0 for the others.", states);
 }
 
 }  // namespace tandem::gateway

@@ -19,8 +19,9 @@ class Metrics {
   void request_finished(const std::string& endpoint, int http_status, double seconds, double ttft_seconds = -1);
   void tokens(uint64_t prompt, uint64_t completion);
   void set_in_flight(int n);
-  // The front end's metric families in Prometheus text exposition format (version 0.0.4).
-  std::string render();
+  // The front end's metric families in Prometheus text exposition format (version 0.0.4), with
+  // `state` (the one /health answers) as tandem_state.
+  std::string render(const std::string& state);
 
  private:
   static constexpr std::array<double, 10> kLatency = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120};

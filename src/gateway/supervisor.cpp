@@ -528,15 +528,10 @@ HealthReport Supervisor::health() {
               {"load", load},
               {"nodes", nodes},
               {"last_error", last_error_}};
-  std::vector<prometheus::Sample> states;
-  for (const char* st : {"starting", "loading", "ready", "degraded", "recovering"}) {
-    states.push_back({std::string("state=\"") + st + "\"", h.state == st ? 1.0 : 0.0});
-  }
   const bool running = engine_pid_ > 0;
   h.extra_metrics =
       prometheus::family("tandem_link_bytes_total", "counter", "RPC bytes through each worker's link, by direction.", link_bytes) +
       prometheus::family("tandem_node_up", "gauge", "1 while the worker's heartbeat answers.", node_up) +
-      prometheus::family("tandem_state", "gauge", "1 for the gateway's current state.", states) +
       prometheus::family("tandem_engine_restarts_total", "counter", "Engine restarts since the gateway started.",
                          {{"", static_cast<double>(restarts_)}}) +
       prometheus::family("tandem_slots_busy", "gauge", "Engine slots generating now.",

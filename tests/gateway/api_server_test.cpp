@@ -327,6 +327,9 @@ TEST_F(ApiServerTest, MetricsGroupEachFamilyWithHelpAndTypeAndCountAStreamCutMid
   EXPECT_NE(m->body.find("tandem_time_to_first_token_seconds_count{endpoint=\"chat\"} 2\n"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("tandem_request_duration_seconds_bucket{endpoint=\"chat\",le=\"+Inf\"} 2\n"), std::string::npos);
   EXPECT_NE(m->body.find("tandem_queue_depth 0\n"), std::string::npos);
+  EXPECT_NE(m->body.find("tandem_state{state=\"ready\"} 1\n"), std::string::npos) << m->body;
+  server_->stop_accepting();
+  EXPECT_NE(client_->Get("/metrics")->body.find("tandem_state{state=\"draining\"} 1\n"), std::string::npos);
   EXPECT_EQ(family_grouping_errors("# HELP a x\n# TYPE a counter\na 1\n# HELP b y\n# TYPE b gauge\nb 1\na 2\n"),
             "samples of a apart: a 2\n");  // the checker itself catches what it is for
 }

@@ -361,6 +361,10 @@ TEST(Serve, WaitingForAWorkerIsShownAndASigtermThenExitsZero) {
   bool shown = false;
   for (const auto& n : st["nodes"]) shown |= n["name"] == "box-b" && n["state"] == "waiting" && !n["last_error"].get<std::string>().empty();
   EXPECT_TRUE(shown) << st.dump();
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("tandem_state{state=\"starting\"} 1\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("tandem_state{state=\"ready\"} 0\n"), std::string::npos) << m->body;
   serve.signal(SIGTERM);
   EXPECT_EQ(serve.wait(30000), 0);
 }
