@@ -53,5 +53,23 @@ TEST(FlagsAndKeys, EveryKeyHasAFlagAndEveryFlagNamesARealKey) {
   }
 }
 
+// `tandem keys` finds its database in tandem.toml, and its options may follow the subcommand.
+TEST(FlagsAndKeys, KeysTakeTheConfigAndOptionsAfterTheSubcommand) {
+  ScratchDir dir;
+  tandem::testing::write_file(dir.file("tandem.toml"), "[server]\nkeys_db = \"keys.db\"\n");  // relative to the file
+  auto made = run_tandem("keys -c " + dir.file("tandem.toml") + " create --name alice", "/");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_FALSE(made.out.empty());
+  auto listed = run_tandem("keys list --db " + dir.file("keys.db"), "/");
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("alice"), std::string::npos) << listed.out;
+  EXPECT_EQ(listed.out.find(made.out.substr(0, made.out.find('\n'))), std::string::npos) << "a key is never shown again";
+  auto via_config = run_tandem("keys list -c " + dir.file("tandem.toml"), "/");
+  EXPECT_NE(via_config.out.find("alice"), std::string::npos) << via_config.err;
+  auto bad = run_tandem("keys list -c " + dir.file("missing.toml"), "/");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("missing.toml"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace tandem::cli

@@ -136,6 +136,12 @@ TEST_F(Doctor, AHealthyClusterExitsZero) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("0 failed"), std::string::npos) << r.out;
+  // The summary counts the WARN lines, in English ("1 warning", "2 warnings").
+  size_t warned = 0;
+  for (size_t at = 0; (at = r.out.find("\nWARN  ", at)) != std::string::npos; ++at) ++warned;
+  if (r.out.rfind("WARN  ", 0) == 0) ++warned;
+  const std::string expected = ", " + std::to_string(warned) + (warned == 1 ? " warning\n" : " warnings\n");
+  EXPECT_NE(r.out.find(expected), std::string::npos) << expected << " in:\n" << r.out;
 }
 
 // serve refuses a header-only model, so doctor must not pass it.
