@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -58,6 +59,20 @@ TEST(LogFormat, ServeItsEngineAndAWorkerWriteOnlyJsonLines) {
       if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     ASSERT_TRUE(ready);
+    // Requests whose handling makes llama.cpp print (a grammar that does not parse, a JSON schema,
+    // a tool list) must not leave raw text in the log either.
+    const json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}};
+    std::vector<json> bodies(4, chat);
+    bodies[1]["grammar"] = "root ::= (";
+    bodies[2]["response_format"] = {{"type", "json_schema"},
+                                    {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}}}}}};
+    bodies[3]["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}};
+    c.set_read_timeout(60, 0);
+    for (const json& b : bodies) {
+      auto r = c.Post("/v1/chat/completions", b.dump(), "application/json");
+      ASSERT_TRUE(r) << b.dump();
+      EXPECT_TRUE(r->status == 200 || r->status == 400) << r->status << " " << r->body;
+    }
     serve.signal(SIGTERM);
     EXPECT_EQ(serve.wait(30000), 0);
     worker.signal(SIGTERM);
