@@ -44,33 +44,6 @@ std::vector<plan::NodeSpec> resolve_nodes(const PlanFlags& f, const Config& c) {
   return listed.value();
 }
 
-void add_config_flags(ConfigFlags& f) {
-  f.value("-m,--model", "[model] path", [](Config& c) -> auto& { return c.model.path; }, "GGUF file (the first split of a split model)");
-  f.value("--context", "[model] context", [](Config& c) -> auto& { return c.model.context; }, "Tokens per sequence (default 4096)")
-      ->check(CLI::Range(1, 16777216));
-  f.value("--parallel", "[model] parallel", [](Config& c) -> auto& { return c.model.parallel; }, "Sequences served at once (default 1)")
-      ->check(CLI::Range(1, 256));
-  f.value("--kv-type", "[model] kv_type", [](Config& c) -> auto& { return c.model.kv_type; }, "KV cache type: f16 (default), q8_0, q4_0, ...");
-  f.parsed("--layers", "[model] layers", "Check a split by hand instead of choosing one: counts or ranges per node, head first",
-           [](const std::string& t, Config& c) {
-             auto l = config::parse_layers(t);
-             if (!l.is_ok()) return l.status();
-             c.model.layers = l.value();
-             return Status::ok();
-           })->type_name("SHARES");
-  f.value("--margin", "[plan] margin", [](Config& c) -> auto& { return c.plan.margin; },
-          "Fraction of each device's free memory held back (default 0.05)")->check(CLI::Range(0.0, 0.99));
-  f.parsed("--margin-bytes", "[plan] margin_bytes", "Bytes held back on each device on top (default 1GiB)",
-           [](const std::string& t, Config& c) {
-             auto b = parse_bytes(t, /*require_unit=*/true);
-             if (!b.is_ok()) return b.status();
-             c.plan.margin_bytes = b.value();
-             return Status::ok();
-           })->type_name("SIZE");
-  f.value("--hop-ms", "[plan] hop_ms", [](Config& c) -> auto& { return c.plan.hop_ms; },
-          "Link cost per cable crossing per token, ms (default 0.5)")->check(CLI::Range(0.0, 1e6));
-}
-
 void register_plan(CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Place a model's layers over the head and workers, and explain the memory it needs");
   static PlanFlags f;
@@ -81,7 +54,8 @@ void register_plan(CLI::App& app) {
   cmd->add_option("--node", f.nodes, "NAME=MEM[@BW], e.g. box-a=128GiB@273GB/s; the first is the head (repeat)");
   cmd->add_flag("--head-cpu", f.head_cpu, "With --node: the head's layers run on its CPU (no local GPU)");
   cmd->add_flag("--json", f.json, "Print the plan as JSON");
-  add_config_flags(flags);
+  add_model_flags(flags);
+  add_plan_flags(flags);
   cmd->callback([] {
     auto c = flags.resolve(f.config);
     if (!c.is_ok()) fail(c.status().message(), 2);

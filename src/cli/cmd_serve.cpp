@@ -36,13 +36,6 @@ Status apply_workers(const std::vector<std::string>& flags, Config& c) {
   return Status::ok();
 }
 
-Status size_into(const std::string& text, std::optional<uint64_t>* out) {
-  auto b = parse_bytes(text, /*require_unit=*/true);
-  if (!b.is_ok()) return b.status();
-  *out = b.value();
-  return Status::ok();
-}
-
 // Every flag of serve is a key of tandem.toml (docs/config.md), bound here once.
 void add_config_flags(ConfigFlags& f) {
   // [cluster]
@@ -64,20 +57,7 @@ void add_config_flags(ConfigFlags& f) {
   f.toggle("--backtraces", "[cluster] backtraces", [](Config& c) -> auto& { return c.cluster.backtraces; }, true,
            "Let ggml print a gdb backtrace into the log when the engine aborts (debugging only)");
   // [model]
-  f.value("-m,--model", "[model] path", [](Config& c) -> auto& { return c.model.path; }, "GGUF model file (the first split of a split model)");
-  f.value("--context", "[model] context", [](Config& c) -> auto& { return c.model.context; }, "Context tokens per sequence")
-      ->check(CLI::Range(1, 16777216));
-  f.value("--parallel", "[model] parallel", [](Config& c) -> auto& { return c.model.parallel; }, "Sequences served at once")
-      ->check(CLI::Range(1, 256));
-  f.value("--kv-type", "[model] kv_type", [](Config& c) -> auto& { return c.model.kv_type; }, "KV cache type: f16, q8_0, q4_0, ...");
-  f.parsed("--layers", "[model] layers",
-           "A split by hand, one share per node, head first: counts (1,2,1) or the ranges `tandem plan` prints (-,0-1,2-3)",
-           [](const std::string& t, Config& c) {
-             auto l = config::parse_layers(t);
-             if (!l.is_ok()) return l.status();
-             c.model.layers = l.value();
-             return Status::ok();
-           })->type_name("SHARES");
+  add_model_flags(f);
   f.value("-t,--threads", "[model] threads", [](Config& c) -> auto& { return c.model.threads; }, "Engine CPU threads (0: one per physical core)")
       ->check(CLI::Range(0, 4096));
   f.toggle("--no-cuda-graphs", "[model] cuda_graphs", [](Config& c) -> auto& { return c.model.cuda_graphs; }, false,
@@ -104,17 +84,7 @@ void add_config_flags(ConfigFlags& f) {
   f.value("--log-format", "[server] log_format", [](Config& c) -> auto& { return c.server.log_format; },
           "Log lines as readable text or one JSON object per line")->check(CLI::IsMember({"text", "json"}));
   // [plan]
-  f.value("--margin", "[plan] margin", [](Config& c) -> auto& { return c.plan.margin; }, "Fraction of each device's free memory held back")
-      ->check(CLI::Range(0.0, 0.99));
-  f.parsed("--margin-bytes", "[plan] margin_bytes", "Bytes held back on each device on top, e.g. 1GiB",
-           [](const std::string& t, Config& c) {
-             std::optional<uint64_t> v;
-             TANDEM_RETURN_IF_ERROR(size_into(t, &v));
-             c.plan.margin_bytes = *v;
-             return Status::ok();
-           })->type_name("SIZE");
-  f.value("--hop-ms", "[plan] hop_ms", [](Config& c) -> auto& { return c.plan.hop_ms; }, "Link cost per cable crossing per token, ms")
-      ->check(CLI::Range(0.0, 1e6));
+  add_plan_flags(f);
 }
 
 void register_serve(CLI::App& app) {

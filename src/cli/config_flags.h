@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -57,5 +58,13 @@ class ConfigFlags {
   CLI::App* const cmd_;
   std::vector<std::function<Status(config::Config&)>> appliers_;
 };
+
+// The flags every command that plans takes alike: the model and its shape ([model] path, context,
+// parallel, kv_type, layers) and the planner's margins ([plan]).
+void add_model_flags(ConfigFlags& f);
+void add_plan_flags(ConfigFlags& f);
+
+// `text` as a size with a unit ("110GiB"); a bare number is refused rather than read as bytes.
+Status size_into(const std::string& text, std::optional<uint64_t>* out);
 
 }  // namespace tandem::cli
