@@ -40,15 +40,22 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-TEST(Observability, MetricsPassPromtoolsCheckWithEveryFamilyAnOperatorNeeds) {
-  ScratchDir dir;
-  LocalCluster cluster(dir, 1);
-  ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
-  httplib::Client c("127.0.0.1", cluster.port());
-  c.set_read_timeout(60, 0);
-  ASSERT_EQ(c.Post("/v1/chat/completions", auth(cluster), chat(false).dump(), "application/json")->status, 200);
-  ASSERT_EQ(c.Post("/v1/chat/completions", auth(cluster), chat(true).dump(), "application/json")->status, 200);
-  auto m = c.Get("/metrics");
+// A split cluster that has served one whole and one streamed chat.
+class Observed : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.wait_ready()) << cluster_.log();
+    c_.set_read_timeout(60, 0);
+    ASSERT_EQ(c_.Post("/v1/chat/completions", auth(cluster_), chat(false).dump(), "application/json")->status, 200);
+    ASSERT_EQ(c_.Post("/v1/chat/completions", auth(cluster_), chat(true).dump(), "application/json")->status, 200);
+  }
+  ScratchDir dir_;
+  LocalCluster cluster_{dir_, 1};
+  httplib::Client c_{"127.0.0.1", cluster_.port()};
+};
+
+TEST_F(Observed, MetricsPassPromtoolsCheckWithEveryFamilyAnOperatorNeeds) {
+  auto m = c_.Get("/metrics");
   ASSERT_TRUE(m);
   ASSERT_EQ(m->status, 200);
   for (const char* family : {"tandem_http_requests_total", "tandem_request_duration_seconds_bucket", "tandem_time_to_first_token_seconds_bucket",
@@ -60,9 +67,9 @@ TEST(Observability, MetricsPassPromtoolsCheckWithEveryFamilyAnOperatorNeeds) {
   EXPECT_NE(m->body.find("tandem_time_to_first_token_seconds_count{endpoint=\"chat\"} 2\n"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("tandem_slots_capacity 2\n"), std::string::npos) << m->body;  // --parallel 2
 
-  const std::string page = dir.file("metrics.txt");
+  const std::string page = dir_.file("metrics.txt");
   std::ofstream(page) << m->body;
-  const std::string out = dir.file("promtool.out");
+  const std::string out = dir_.file("promtool.out");
   const std::string cmd = "tool=$(" + std::string(TANDEM_SOURCE_DIR) + "/scripts/install-promtool.sh) && \"$tool\" check metrics < " + page +
                           " > " + out + " 2>&1";
   const int rc = std::system(("bash -c '" + cmd + "'").c_str());
@@ -70,14 +77,9 @@ TEST(Observability, MetricsPassPromtoolsCheckWithEveryFamilyAnOperatorNeeds) {
   EXPECT_EQ(read_file(out), "") << "promtool's lint findings";
 }
 
-TEST(Observability, TheAccessLogHasALinePerRequestWithoutKeysOrText) {
-  ScratchDir dir;
-  LocalCluster cluster(dir, 1);
-  ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
-  httplib::Client c("127.0.0.1", cluster.port());
-  c.set_read_timeout(60, 0);
-  ASSERT_EQ(c.Post("/v1/chat/completions", auth(cluster), chat(false).dump(), "application/json")->status, 200);
-  ASSERT_EQ(c.Post("/v1/chat/completions", auth(cluster), chat(true).dump(), "application/json")->status, 200);
+TEST_F(Observed, TheAccessLogHasALinePerRequestWithoutKeysOrText) {
+  LocalCluster& cluster = cluster_;
+  httplib::Client& c = c_;
   ASSERT_EQ(c.Post("/v1/chat/completions", {{"Authorization", "Bearer wrong"}}, chat(false).dump(), "application/json")->status, 401);
   ASSERT_EQ(c.Get("/health")->status, 200);  // probes are not logged
   ASSERT_EQ(c.Get("/v1/models", auth(cluster))->status, 200);
