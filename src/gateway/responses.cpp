@@ -274,7 +274,8 @@ std::string ResponsesDialect::event(const std::string& type, json fields) {
 
 std::string ResponsesDialect::stream_open(const CallInfo& call) {
   const json r = envelope(call, "in_progress", json::array());
-  return event("response.created", {{"response", r}}) + event("response.in_progress", {{"response", r}});
+  std::string out = event("response.created", {{"response", r}});  // two statements: numbered in order
+  return out + event("response.in_progress", {{"response", r}});
 }
 
 std::string ResponsesDialect::open_item(Item kind, json item) {
