@@ -17,7 +17,7 @@ mkdir -p "$tmp/llama"
 tar -C "$src" --exclude=.git --exclude=./docs --exclude=./models --exclude=./examples --exclude=./benches \
     --exclude=./tests --exclude=./gguf-py --exclude=./media --exclude=./conversion -cf - . | tar -C "$tmp/llama" -xf -
 mkdir -p "$tmp/llama/models/templates" "$tmp/llama/tests" "$tmp/llama/examples"
-cp "$src"/models/ggml-vocab-llama-spm.gguf "$src"/models/ggml-vocab-qwen2.gguf "$tmp/llama/models/"
+cp "$src"/models/ggml-vocab-llama-spm.gguf "$src"/models/ggml-vocab-deepseek-coder.gguf "$src"/models/ggml-vocab-qwen2.gguf "$tmp/llama/models/"
 cp "$src"/models/templates/MiniMax-M3.jinja "$src"/models/templates/Qwen-Qwen3-0.6B.jinja "$tmp/llama/models/templates/"
 touch "$tmp/llama/tests/CMakeLists.txt" "$tmp/llama/examples/CMakeLists.txt"
 echo "$commit" > "$tmp/llama/.tandem-commit"

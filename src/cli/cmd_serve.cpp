@@ -81,6 +81,10 @@ void add_config_flags(ConfigFlags& f) {
           "Seconds between idle one-token canary generations")->check(CLI::Range(1, 86400));
   f.value("--drain-timeout", "[server] drain_timeout", [](Config& c) -> auto& { return c.server.drain_timeout_s; },
           "On SIGTERM, seconds in-flight requests may finish")->check(CLI::Range(0, 3600));
+  f.value("--cors-origin", "[server] cors_origins", [](Config& c) -> auto& { return c.server.cors_origins; },
+          "A browser origin allowed to call the API, e.g. https://chat.example.org, or * for any; repeat for more (CORS is off "
+          "without one)")
+      ->allow_extra_args(false);
   f.value("--log-format", "[server] log_format", [](Config& c) -> auto& { return c.server.log_format; },
           "Log lines as readable text or one JSON object per line")->check(CLI::IsMember({"text", "json"}));
   // [plan]

@@ -241,6 +241,7 @@ TableReader server_reader(const std::string& src, ServerConfig* s) {
   r.on("canary_interval", int_into(&s->canary_interval_s, 1, 86400));
   r.on("drain_timeout", int_into(&s->drain_timeout_s, 0, 3600));
   r.on("log_format", one_of_into(&s->log_format, {"text", "json"}));
+  r.on("cors_origins", strings_into(&s->cors_origins));
   return r;
 }
 

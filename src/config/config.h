@@ -76,6 +76,7 @@ struct ServerConfig {
   int canary_interval_s = 30;             // seconds between idle one-token canaries
   int drain_timeout_s = 30;               // on SIGTERM, how long requests in flight may finish
   std::string log_format = "text";        // "text" or "json"
+  std::vector<std::string> cors_origins;  // browser origins allowed to call the API ("*": any); empty: CORS off
 };
 
 struct PlanConfig {

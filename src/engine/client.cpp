@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <future>
+
 #include "engine/unix_socket.h"
 
 namespace tandem::engine {
@@ -55,6 +57,35 @@ Status EngineClient::cancel(const std::string& id) {
   r.op = EngineRequest::Op::cancel;
   r.id = id;
   return send_line(encode_request(r));
+}
+
+Result<EngineEvent> EngineClient::query(EngineRequest r, int timeout_ms) {
+  auto answer = std::make_shared<std::promise<EngineEvent>>();
+  std::future<EngineEvent> got = answer->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // "?" keeps these ids apart from the caller's submits.
+    r.id = "?" + std::to_string(next_query_++);
+    open_[r.id] = std::make_shared<EventCallback>([answer](const EngineEvent& e) { answer->set_value(e); });
+  }
+  Status st = send_line(encode_request(r));
+  if (st.is_ok() && got.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
+    st = Status::unavailable("the engine did not answer within " + std::to_string(timeout_ms) + " ms");
+  }
+  if (!st.is_ok()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_.erase(r.id);
+    return st;
+  }
+  EngineEvent e = got.get();
+  if (e.type == EngineEvent::Type::error) {
+    switch (e.code) {
+      case StatusCode::invalid_argument: return Status::invalid_argument(e.message);
+      case StatusCode::internal: return Status::internal(e.message);
+      default: return Status::unavailable(e.message);
+    }
+  }
+  return e;
 }
 
 Result<EngineStatus> EngineClient::status(int timeout_ms) {

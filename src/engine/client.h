@@ -39,6 +39,9 @@ class EngineClient {
   // Asks the engine to cancel `id`; its callback then gets an error event with code cancelled
   // (or its done event, when it finished first).
   Status cancel(const std::string& id);
+  // Sends a tokenize, detokenize or count request (its id is chosen here) and waits up to
+  // `timeout_ms` for the answer: the `result` event, or the engine's error as a Status.
+  Result<EngineEvent> query(EngineRequest request, int timeout_ms);
   // Asks for the engine's status and waits for the answer up to `timeout_ms`.
   Result<EngineStatus> status(int timeout_ms);
   // Sends one raw line (tests: malformed input must not hurt the engine).
@@ -65,6 +68,7 @@ class EngineClient {
   std::map<std::string, std::shared_ptr<EventCallback>> open_;  // guarded by mutex_
   EventCallback orphan_;                        // guarded by mutex_
   uint64_t status_seen_ = 0;                    // guarded by mutex_: status events received
+  uint64_t next_query_ = 0;                     // guarded by mutex_
   EngineStatus last_status_;                    // guarded by mutex_
 
   std::thread reader_;  // last: started when everything above exists

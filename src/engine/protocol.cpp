@@ -80,6 +80,63 @@ Result<json> parse_object(std::string_view line) {
 }
 
 
+bool valid_utf8(const std::string& s) {
+  try {
+    (void)json(s).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
+// A token's piece may end inside a UTF-8 character (byte-level BPE): then its bytes travel as
+// numbers too, since JSON text cannot hold them.
+json top_json(const TopLogprob& t) {
+  json j = {{"id", t.id}, {"piece", t.piece}, {"logprob", t.logprob}};
+  if (!valid_utf8(t.piece)) {
+    json bytes = json::array();
+    for (char c : t.piece) bytes.push_back(static_cast<unsigned char>(c));
+    j["bytes"] = std::move(bytes);
+  }
+  return j;
+}
+
+json logprobs_json(const std::vector<TokenLogprob>& lps) {
+  json out = json::array();
+  for (const auto& lp : lps) {
+    json j = top_json(lp.token);
+    json top = json::array();
+    for (const auto& t : lp.top) top.push_back(top_json(t));
+    j["top"] = std::move(top);
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+TopLogprob top_from(const json& j) {
+  TopLogprob t;
+  t.id = int_field(j, "id", int32_t{0});
+  t.piece = j.value("piece", "");
+  if (j.contains("bytes") && j["bytes"].is_array()) {
+    t.piece.clear();
+    for (const json& b : j["bytes"]) t.piece.push_back(static_cast<char>(int_value<uint8_t>(b, "bytes")));
+  }
+  t.logprob = j.value("logprob", 0.0f);
+  return t;
+}
+
+std::vector<TokenLogprob> logprobs_from(const json& j) {
+  std::vector<TokenLogprob> out;
+  if (!j.is_array()) return out;
+  for (const json& e : j) {
+    TokenLogprob lp;
+    lp.token = top_from(e);
+    for (const json& t : e.value("top", json::array())) lp.top.push_back(top_from(t));
+    out.push_back(std::move(lp));
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* wire_code(StatusCode code) {
@@ -104,6 +161,16 @@ std::string encode_request(const EngineRequest& r) {
     }
     case EngineRequest::Op::cancel: j = {{"op", "cancel"}, {"id", r.id}}; break;
     case EngineRequest::Op::status: j = {{"op", "status"}}; break;
+    case EngineRequest::Op::tokenize:
+      j = {{"op", "tokenize"}, {"id", r.id}, {"content", r.content}, {"add_special", r.add_special}, {"parse_special", r.parse_special}};
+      break;
+    case EngineRequest::Op::detokenize: j = {{"op", "detokenize"}, {"id", r.id}, {"tokens", r.tokens}}; break;
+    case EngineRequest::Op::count: {
+      j = {{"op", "count"}, {"id", r.id}, {"kind", kind_name(r.kind)}};
+      json body = json::parse(r.body, nullptr, false);
+      j["body"] = body.is_discarded() ? json(r.body) : body;
+      break;
+    }
   }
   return dump(j);
 }
@@ -125,6 +192,7 @@ std::string encode_event(const EngineEvent& e) {
         }
         j["tool_calls"] = std::move(calls);
       }
+      if (!e.logprobs.empty()) j["logprobs"] = logprobs_json(e.logprobs);
       break;
     }
     case EngineEvent::Type::done:
@@ -134,6 +202,11 @@ std::string encode_event(const EngineEvent& e) {
            {"usage", {{"prompt_tokens", e.usage.prompt_tokens}, {"completion_tokens", e.usage.completion_tokens},
                       {"cached_tokens", e.usage.cached_tokens}}}};
       if (!e.tokens.empty()) j["tokens"] = e.tokens;
+      if (!e.stop_sequence.empty()) j["stop_sequence"] = e.stop_sequence;
+      if (!e.logprobs.empty()) j["logprobs"] = logprobs_json(e.logprobs);
+      break;
+    case EngineEvent::Type::result:
+      j = {{"event", "result"}, {"id", e.id}, {"tokens", e.tokens}, {"pieces", e.pieces}, {"content", e.content}, {"count", e.count}};
       break;
     case EngineEvent::Type::error:
       j = {{"event", "error"}, {"code", wire_code(e.code)}, {"message", e.message}};
@@ -153,23 +226,40 @@ static Result<EngineRequest> decode_request_json(std::string_view line) {
   const json& j = parsed.value();
   EngineRequest r;
   const json op = j.value("op", json());
-  if (!op.is_string()) return Status::invalid_argument("'op' must be one of submit, cancel, status");
+  if (!op.is_string()) return Status::invalid_argument("'op' must be one of submit, cancel, status, tokenize, detokenize, count");
   const std::string name = op.get<std::string>();
   if (name == "status") {
     r.op = EngineRequest::Op::status;
     return r;
   }
-  if (name != "submit" && name != "cancel") return Status::invalid_argument("'op' must be one of submit, cancel, status, got '" + name + "'");
-  r.op = name == "submit" ? EngineRequest::Op::submit : EngineRequest::Op::cancel;
+  static const char* kOps = "'op' must be one of submit, cancel, status, tokenize, detokenize, count";
+  if (name == "submit") r.op = EngineRequest::Op::submit;
+  else if (name == "cancel") r.op = EngineRequest::Op::cancel;
+  else if (name == "tokenize") r.op = EngineRequest::Op::tokenize;
+  else if (name == "detokenize") r.op = EngineRequest::Op::detokenize;
+  else if (name == "count") r.op = EngineRequest::Op::count;
+  else return Status::invalid_argument(std::string(kOps) + ", got '" + name + "'");
   if (!j.contains("id") || !j["id"].is_string() || j["id"].get<std::string>().empty()) {
     return Status::invalid_argument("'" + name + "' needs 'id', a non-empty string");
   }
   r.id = j["id"].get<std::string>();
   if (r.op == EngineRequest::Op::cancel) return r;
+  if (r.op == EngineRequest::Op::tokenize) {
+    if (!j.contains("content") || !j["content"].is_string()) return Status::invalid_argument("'tokenize' needs 'content', a string");
+    r.content = j["content"].get<std::string>();
+    r.add_special = j.value("add_special", false);
+    r.parse_special = j.value("parse_special", true);
+    return r;
+  }
+  if (r.op == EngineRequest::Op::detokenize) {
+    if (!j.contains("tokens") || !j["tokens"].is_array()) return Status::invalid_argument("'detokenize' needs 'tokens', an array of token ids");
+    for (const json& t : j["tokens"]) r.tokens.push_back(int_value<int32_t>(t, "tokens"));
+    return r;
+  }
   const std::string kind = j.value("kind", "chat");
   if (kind != "chat" && kind != "completion") return Status::invalid_argument("'kind' must be chat or completion, got '" + kind + "'");
   r.kind = kind == "chat" ? RequestKind::chat : RequestKind::completion;
-  if (!j.contains("body") || !j["body"].is_object()) return Status::invalid_argument("'submit' needs 'body', the OpenAI request object");
+  if (!j.contains("body") || !j["body"].is_object()) return Status::invalid_argument("'" + name + "' needs 'body', the OpenAI request object");
   r.body = dump(j["body"]);
   return r;
 }
@@ -188,14 +278,23 @@ static Result<EngineEvent> decode_event_json(std::string_view line) {
     for (const json& c : j.value("tool_calls", json::array())) {
       e.tool_calls.push_back({int_field(c, "index", 0), c.value("id", ""), c.value("name", ""), c.value("arguments", "")});
     }
+    e.logprobs = logprobs_from(j.value("logprobs", json()));
   } else if (type == "done") {
     e.type = EngineEvent::Type::done;
     e.finish_reason = j.value("finish_reason", "");
+    e.stop_sequence = j.value("stop_sequence", "");
     const json u = j.value("usage", json::object());
     e.usage = {int_field(u, "prompt_tokens", 0), int_field(u, "completion_tokens", 0), int_field(u, "cached_tokens", 0)};
     for (const json& t : j.value("tokens", json::array())) {
       e.tokens.push_back(int_value<int32_t>(t, "tokens"));
     }
+    e.logprobs = logprobs_from(j.value("logprobs", json()));
+  } else if (type == "result") {
+    e.type = EngineEvent::Type::result;
+    for (const json& t : j.value("tokens", json::array())) e.tokens.push_back(int_value<int32_t>(t, "tokens"));
+    for (const json& p : j.value("pieces", json::array())) e.pieces.push_back(p.is_string() ? p.get<std::string>() : "");
+    e.content = j.value("content", "");
+    e.count = int_field(j, "count", 0);
   } else if (type == "error") {
     e.type = EngineEvent::Type::error;
     e.code = code_from_wire(j.value("code", ""));

@@ -19,13 +19,26 @@ inline constexpr size_t kMaxLineBytes = 64u << 20;
 
 enum class RequestKind { chat, completion };
 
+// An `invalid_argument` error whose message starts with this is a prompt longer than the context
+// ("the prompt has 528 tokens, but the context holds 256 tokens per request ..."): the gateway
+// reports it as OpenAI's `context_length_exceeded`.
+inline constexpr std::string_view kPromptTooLong = "the prompt has ";
+// Most alternatives per token a request may ask for (top_logprobs), as OpenAI allows.
+inline constexpr int kMaxTopLogprobs = 20;
+
 // Client → engine.
 struct EngineRequest {
-  enum class Op { submit, cancel, status };
+  // tokenize, detokenize and count are answered at once by one `result` event (or an error) and
+  // use no slot: they read the loaded model's vocabulary and chat template only.
+  enum class Op { submit, cancel, status, tokenize, detokenize, count };
   Op op = Op::status;
-  std::string id;            // submit, cancel: the request id, unique among the client's active ones
+  std::string id;            // every op but status: the request id, unique among the client's active ones
   RequestKind kind = RequestKind::chat;
-  std::string body;          // submit: the OpenAI request body, as serialized JSON (an object)
+  std::string body;          // submit, count: the OpenAI request body, as serialized JSON (an object)
+  std::string content;       // tokenize: the text
+  bool add_special = false;  // tokenize: add the model's BOS/EOS as a prompt would have them
+  bool parse_special = true; // tokenize: read special-token texts ("<|im_start|>") as those tokens
+  std::vector<int32_t> tokens;  // detokenize
 };
 
 struct ToolCallDelta {
@@ -33,6 +46,18 @@ struct ToolCallDelta {
   std::string id;            // set on the first delta of a call
   std::string name;          // set on the first delta of a call
   std::string arguments;     // a piece of the JSON arguments text
+};
+
+// The probability of one token where it was sampled (the model's distribution before sampling,
+// as llama-server reports it), and the most likely alternatives there.
+struct TopLogprob {
+  int32_t id = 0;
+  std::string piece;         // the token's bytes (may be part of a UTF-8 character)
+  float logprob = 0;         // natural log
+};
+struct TokenLogprob {
+  TopLogprob token;
+  std::vector<TopLogprob> top;  // most likely first; as many as the request's top_logprobs
 };
 
 struct Usage {
@@ -59,17 +84,25 @@ struct EngineStatus {
 
 // Engine → client.
 struct EngineEvent {
-  enum class Type { delta, done, error, status };
+  enum class Type { delta, done, error, status, result };
   Type type = Type::delta;
   std::string id;            // delta, done, error: the request; empty for a status and for an
                              // error about a line that named no request
   // delta
   std::string text, reasoning;
   std::vector<ToolCallDelta> tool_calls;
+  // delta (and done, for tokens that produced no delta): one entry per generated token since the
+  // last event, only when the body asked for logprobs
+  std::vector<TokenLogprob> logprobs;
   // done
   std::string finish_reason;  // "stop", "length", "tool_calls"
+  std::string stop_sequence;  // finish "stop" by one of the request's stop strings: that string
   Usage usage;
-  std::vector<int32_t> tokens;  // the generated token ids, only when the body asked "return_tokens"
+  std::vector<int32_t> tokens;  // done: the generated token ids, only when the body asked "return_tokens";
+                                // result of tokenize: the tokens
+  std::vector<std::string> pieces;  // result of tokenize: each token's text (bytes may be partial UTF-8)
+  std::string content;       // result of detokenize: the text
+  int count = 0;             // result of count: the rendered prompt's tokens
   // error
   StatusCode code = StatusCode::ok;
   std::string message;
@@ -85,7 +118,7 @@ const char* wire_code(StatusCode code);
 std::string encode_request(const EngineRequest& request);
 std::string encode_event(const EngineEvent& event);
 
-// Parse one line. Errors name what is wrong ("line 1: 'op' must be one of submit, cancel, status").
+// Parse one line. Errors name what is wrong ("'op' must be one of submit, cancel, status, ...").
 Result<EngineRequest> decode_request(std::string_view line);
 Result<EngineEvent> decode_event(std::string_view line);
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "common.h"
 #include "llama.h"
@@ -96,6 +97,23 @@ Status parse_limits(const json& body, int n_ctx, Job& job) {
   }
   int64_t n = 1;
   TANDEM_RETURN_IF_ERROR(integer_field(body, "n", 1, 1, &n));
+  // logprobs: true (chat) or the number of alternatives (completions); top_logprobs: that number.
+  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    const json& lp = body["logprobs"];
+    if (lp.is_boolean()) {
+      if (lp.get<bool>()) job.n_probs = 0;
+    } else if (lp.is_number_integer() && lp.get<int64_t>() >= 0 && lp.get<int64_t>() <= kMaxTopLogprobs) {
+      job.n_probs = lp.get<int>();
+    } else {
+      return Status::invalid_argument("logprobs must be true/false or an integer in [0, " + std::to_string(kMaxTopLogprobs) + "], got " + shown(lp));
+    }
+  }
+  int64_t top = -1;
+  TANDEM_RETURN_IF_ERROR(integer_field(body, "top_logprobs", 0, kMaxTopLogprobs, &top));
+  if (top >= 0) {
+    if (job.n_probs < 0) return Status::invalid_argument("top_logprobs needs logprobs: true");
+    job.n_probs = static_cast<int>(top);
+  }
   if (body.contains("ignore_eos")) {
     if (!body["ignore_eos"].is_boolean()) return Status::invalid_argument("ignore_eos must be true or false");
     job.ignore_eos = body["ignore_eos"].get<bool>();
@@ -112,8 +130,26 @@ Status parse_limits(const json& body, int n_ctx, Job& job) {
   return Status::ok();
 }
 
+// A prompt given as token ids (OpenAI allows an array of integers, or one such array in an array):
+// those ids, checked against the vocabulary; nullopt for a text prompt.
+Result<std::optional<std::vector<llama_token>>> token_prompt(const json& body, const llama_vocab* vocab) {
+  const json* p = &body["prompt"];
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_array()) p = &(*p)[0];
+  if (!p->is_array()) return std::optional<std::vector<llama_token>>();
+  const int n_vocab = llama_vocab_n_tokens(vocab);
+  std::vector<llama_token> ids;
+  for (const json& t : *p) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab) {
+      return Status::invalid_argument("prompt: a token id must be an integer in [0, " + std::to_string(n_vocab - 1) + "], got " + shown(t));
+    }
+    ids.push_back(static_cast<llama_token>(t.get<int64_t>()));
+  }
+  return std::optional<std::vector<llama_token>>(std::move(ids));
+}
+
 Result<std::string> completion_prompt(const json& body, common_params_sampling& s) {
-  if (!body.contains("prompt") || !body["prompt"].is_string()) return Status::invalid_argument("prompt must be a string");
+  const bool text = body.contains("prompt") && (body["prompt"].is_string() || body["prompt"].is_array());
+  if (!text) return Status::invalid_argument("prompt must be a string or an array of token ids");
   auto schema = response_schema(body);
   if (!schema.is_ok()) return schema.status();
   if (!schema->grammar.empty()) {
@@ -122,7 +158,7 @@ Result<std::string> completion_prompt(const json& body, common_params_sampling& 
     if (!body["grammar"].is_string()) return Status::invalid_argument("grammar must be a string (GBNF)");
     if (!body["grammar"].get<std::string>().empty()) s.grammar = {COMMON_GRAMMAR_TYPE_USER, body["grammar"].get<std::string>()};
   }
-  return body["prompt"].get<std::string>();
+  return body["prompt"].is_string() ? body["prompt"].get<std::string>() : std::string();
 }
 
 // Carries the chat format's constraints into sampling, as llama-server does.
@@ -163,14 +199,60 @@ Status build_sampler(const llama_model* model, common_params_sampling& s, Job& j
       return Status::invalid_argument(std::string(field) + " does not parse");
     }
     // common rethrows some failures as a bare std::exception; its log has the details.
-    if (what == "std::exception") return Status::invalid_argument("the grammar of the chat format does not accept the template's generation prompt");
+    // That is how common reports a grammar that rejects the generation prompt (the template's
+    // text after the last message), which is fed through the grammar token by token: a
+    // tokenizer that splits that text into pieces the grammar's characters cannot follow (an
+    // SPM vocabulary's "▁" word marks, say) makes response_format and tools unusable.
+    if (what == "std::exception") {
+      return Status::invalid_argument(
+          "this model's tokenizer cannot express the chat template's generation prompt in tokens that the grammar of the response "
+          "format or tools accepts, so response_format, json_schema and tools cannot be used with this model (a byte-level BPE "
+          "vocabulary can; a synthetic model: `tandem synth --vocab ggml-vocab-qwen2.gguf`)");
+    }
     return Status::invalid_argument("sampling parameters: " + what);
   }
   if (!job.sampler) return Status::invalid_argument("the sampling parameters were refused");
   return Status::ok();
 }
 
+// Renders and tokenizes the prompt into job.prompt, carrying the chat format's constraints into
+// `job` and `s`.
+Status render_prompt(RequestKind kind, const json& body, const ModelFacts& facts, Job& job, common_params_sampling& s) {
+  const llama_vocab* vocab = llama_model_get_vocab(facts.model);
+  std::string prompt;
+  if (kind == RequestKind::chat) {
+    auto chat = facts.chat->render(body);
+    if (!chat.is_ok()) return chat.status();
+    TANDEM_RETURN_IF_ERROR(apply_chat_params(chat.value(), vocab, job, s));
+    prompt = chat->prompt;
+  } else {
+    auto p = completion_prompt(body, s);
+    if (!p.is_ok()) return p.status();
+    auto ids = token_prompt(body, vocab);
+    if (!ids.is_ok()) return ids.status();
+    if (ids->has_value()) {
+      job.prompt = std::move(*ids.value());
+      return Status::ok();
+    }
+    prompt = p.value();
+  }
+  job.prompt = common_tokenize(vocab, prompt, /*add_special=*/true, /*parse_special=*/true);
+  return Status::ok();
+}
+
 }  // namespace
+
+Result<int> count_prompt_tokens(RequestKind kind, const json& body, const ModelFacts& facts) {
+  if (!body.is_object()) return Status::invalid_argument("the request body must be a JSON object");
+  Job job;
+  common_params_sampling s;
+  try {
+    TANDEM_RETURN_IF_ERROR(render_prompt(kind, body, facts, job, s));
+  } catch (const std::exception& e) {
+    return Status::invalid_argument(std::string("malformed request: ") + e.what());
+  }
+  return static_cast<int>(job.prompt.size());
+}
 
 Result<std::unique_ptr<Job>> prepare_job(RequestKind kind, const json& body, const ModelFacts& facts) {
   if (!body.is_object()) return Status::invalid_argument("the request body must be a JSON object");
@@ -180,18 +262,7 @@ Result<std::unique_ptr<Job>> prepare_job(RequestKind kind, const json& body, con
   try {
     TANDEM_RETURN_IF_ERROR(parse_sampling(body, vocab, facts.n_ctx_slot, s));
     TANDEM_RETURN_IF_ERROR(parse_limits(body, facts.n_ctx_slot, *job));
-    std::string prompt;
-    if (kind == RequestKind::chat) {
-      auto chat = facts.chat->render(body);
-      if (!chat.is_ok()) return chat.status();
-      TANDEM_RETURN_IF_ERROR(apply_chat_params(chat.value(), vocab, *job, s));
-      prompt = chat->prompt;
-    } else {
-      auto p = completion_prompt(body, s);
-      if (!p.is_ok()) return p.status();
-      prompt = p.value();
-    }
-    job->prompt = common_tokenize(vocab, prompt, /*add_special=*/true, /*parse_special=*/true);
+    TANDEM_RETURN_IF_ERROR(render_prompt(kind, body, facts, *job, s));
   } catch (const std::exception& e) {
     // nlohmann throws on a field of the wrong type read with value(); report it, never crash.
     return Status::invalid_argument(std::string("malformed request: ") + e.what());
@@ -199,7 +270,7 @@ Result<std::unique_ptr<Job>> prepare_job(RequestKind kind, const json& body, con
   if (job->prompt.empty()) return Status::invalid_argument("the prompt is empty");
   const int n_prompt = static_cast<int>(job->prompt.size());
   if (n_prompt >= facts.n_ctx_slot) {
-    return Status::invalid_argument("the prompt has " + std::to_string(n_prompt) + " tokens, but the context holds " +
+    return Status::invalid_argument(std::string(kPromptTooLong) + std::to_string(n_prompt) + " tokens, but the context holds " +
                                     std::to_string(facts.n_ctx_slot) + " tokens per request (the prompt and at least one generated token)");
   }
   job->max_tokens = std::min(job->max_tokens, facts.n_ctx_slot - n_prompt);

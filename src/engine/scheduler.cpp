@@ -169,6 +169,32 @@ void Scheduler::cancel(const std::string& id) {
   wake_.notify_all();
 }
 
+std::vector<int32_t> Scheduler::tokenize(const std::string& text, bool add_special, bool parse_special) const {
+  const auto ids = common_tokenize(llama_model_get_vocab(model_), text, add_special, parse_special);
+  return {ids.begin(), ids.end()};
+}
+
+std::string Scheduler::token_piece(int32_t token) const { return common_token_to_piece(llama_model_get_vocab(model_), token, true); }
+
+Result<std::string> Scheduler::detokenize(const std::vector<int32_t>& tokens) const {
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  const int n_vocab = llama_vocab_n_tokens(vocab);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+      return Status::invalid_argument("tokens[" + std::to_string(i) + "] = " + std::to_string(tokens[i]) + " is not a token id in [0, " +
+                                      std::to_string(n_vocab - 1) + "]");
+    }
+  }
+  // Special tokens are shown as their text, as llama-server's /detokenize does.
+  return common_detokenize(vocab, std::vector<llama_token>(tokens.begin(), tokens.end()), /*special=*/true);
+}
+
+Result<int> Scheduler::count_prompt(RequestKind kind, const std::string& body) const {
+  nlohmann::json parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return Status::invalid_argument("the request body is not valid JSON");
+  return count_prompt_tokens(kind, parsed, ModelFacts{model_, &chat_, options_.context});
+}
+
 SchedulerStats Scheduler::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   SchedulerStats s;

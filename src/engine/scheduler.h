@@ -71,6 +71,16 @@ class Scheduler {
   // next decode step. Unknown or finished ids are ignored.
   void cancel(const std::string& id);
 
+  // The model's tokenizer, for the tokenize / detokenize / count ops. Read-only on the model:
+  // callable from any thread while decoding goes on.
+  // `text` as token ids (and each one's piece); add_special adds BOS/EOS as a prompt gets them.
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special, bool parse_special) const;
+  std::string token_piece(int32_t token) const;
+  // The text of `tokens`; an id outside the vocabulary is an invalid_argument error naming it.
+  Result<std::string> detokenize(const std::vector<int32_t>& tokens) const;
+  // The tokens `body`'s prompt renders to, as submit() would evaluate them.
+  Result<int> count_prompt(RequestKind kind, const std::string& body) const;
+
   SchedulerStats stats() const;
   int context_per_request() const { return options_.context; }
 

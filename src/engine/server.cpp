@@ -118,6 +118,7 @@ class Server {
   void read_loop(const std::shared_ptr<Connection>& conn);
   void handle(const std::shared_ptr<Connection>& conn, const std::string& line);
   void submit(const std::shared_ptr<Connection>& conn, const EngineRequest& r);
+  void answer(const std::shared_ptr<Connection>& conn, const EngineRequest& r);
   Scheduler* scheduler();
 
   const EngineConfig config_;
@@ -328,7 +329,40 @@ void Server::handle(const std::shared_ptr<Connection>& conn, const std::string& 
       if (Scheduler* s = scheduler()) s->cancel(conn->scoped(r.id));
       return;
     case EngineRequest::Op::submit: return submit(conn, r);
+    case EngineRequest::Op::tokenize:
+    case EngineRequest::Op::detokenize:
+    case EngineRequest::Op::count: return answer(conn, r);
   }
+}
+
+// The ops the tokenizer answers at once, on the connection's reader thread: they need no slot.
+void Server::answer(const std::shared_ptr<Connection>& conn, const EngineRequest& r) {
+  EngineEvent e;
+  e.id = r.id;
+  Scheduler* s = scheduler();
+  Status error;
+  if (s == nullptr) {
+    error = Status::unavailable("the model is not loaded (" + status_event().status.state + ")");
+  } else if (r.op == EngineRequest::Op::tokenize) {
+    e.tokens = s->tokenize(r.content, r.add_special, r.parse_special);
+    for (int32_t t : e.tokens) e.pieces.push_back(s->token_piece(t));
+  } else if (r.op == EngineRequest::Op::detokenize) {
+    auto text = s->detokenize(r.tokens);
+    if (text.is_ok()) e.content = text.value();
+    else error = text.status();
+  } else {
+    auto n = s->count_prompt(r.kind, r.body);
+    if (n.is_ok()) e.count = n.value();
+    else error = n.status();
+  }
+  if (!error.is_ok()) {
+    e.type = EngineEvent::Type::error;
+    e.code = error.code();
+    e.message = error.message();
+  } else {
+    e.type = EngineEvent::Type::result;
+  }
+  conn->send(e);
 }
 
 void Server::submit(const std::shared_ptr<Connection>& conn, const EngineRequest& r) {

@@ -1,9 +1,42 @@
 #include "engine/slot.h"
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
 #include "common.h"
 #include "llama.h"
 
 namespace tandem::engine {
+namespace {
+
+// The log-probability of `token` and the `n_top` most likely tokens under the model's raw
+// distribution at batch index `idx` (before temperature, top-k or a grammar), as llama-server and
+// OpenAI report them.
+TokenLogprob token_logprob(llama_context* ctx, int idx, llama_token token, int n_top) {
+  const llama_vocab* vocab = llama_model_get_vocab(llama_get_model(ctx));
+  const int n_vocab = llama_vocab_n_tokens(vocab);
+  const float* logits = llama_get_logits_ith(ctx, idx);
+  const float max = *std::max_element(logits, logits + n_vocab);
+  double sum = 0;
+  for (int i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max));
+  const double lse = max + std::log(sum);
+  auto entry = [&](llama_token t) {
+    return TopLogprob{t, common_token_to_piece(vocab, t, true), static_cast<float>(logits[t] - lse)};
+  };
+  TokenLogprob lp;
+  lp.token = entry(token);
+  n_top = std::min(n_top, n_vocab);
+  if (n_top > 0) {
+    std::vector<llama_token> ids(static_cast<size_t>(n_vocab));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + n_top, ids.end(), [&](llama_token a, llama_token b) { return logits[a] > logits[b]; });
+    for (int i = 0; i < n_top; ++i) lp.top.push_back(entry(ids[static_cast<size_t>(i)]));
+  }
+  return lp;
+}
+
+}  // namespace
 
 size_t Slot::common_prefix(const std::vector<llama_token>& prompt) const {
   size_t n = 0;
@@ -27,6 +60,7 @@ void Slot::start(std::unique_ptr<Job> job, llama_context* ctx) {
   next_ = -1;
   n_generated_ = 0;
   generated_.clear();
+  logprobs_.clear();
   n_cached_ = static_cast<int>(keep);
 }
 
@@ -64,6 +98,7 @@ bool Slot::after_decode(llama_context* ctx) {
     finish("stop");
     return true;
   }
+  if (job_->n_probs >= 0) logprobs_.push_back(token_logprob(ctx, idx, token, job_->n_probs));
   const bool stopped = text_.append(common_token_to_piece(vocab, token, job_->shown_special.count(token) > 0));
   if (stopped) {
     finish("stop");
@@ -85,7 +120,11 @@ void Slot::emit(const std::string& ready, bool final) {
   } else {
     e.text = ready;
   }
-  if (!e.text.empty() || !e.reasoning.empty() || !e.tool_calls.empty()) job_->on_event(e);
+  if (!e.text.empty() || !e.reasoning.empty() || !e.tool_calls.empty()) {
+    e.logprobs = std::move(logprobs_);  // the tokens behind this text (and any held back before)
+    logprobs_.clear();
+    job_->on_event(e);
+  }
 }
 
 void Slot::finish(const char* reason) {
@@ -94,9 +133,12 @@ void Slot::finish(const char* reason) {
   done.type = EngineEvent::Type::done;
   done.id = job_->id;
   done.finish_reason = reason;
+  done.stop_sequence = text_.matched_stop();
   if (done.finish_reason == "stop" && job_->chat && job_->chat->has_tool_calls()) done.finish_reason = "tool_calls";
   done.usage = {static_cast<int>(job_->prompt.size()), n_generated_, n_cached_};
   done.tokens.assign(generated_.begin(), generated_.end());
+  done.logprobs = std::move(logprobs_);  // tokens whose text never became a delta (a stop string)
+  logprobs_.clear();
   // Free the slot before telling anyone, so a new request may already take it.
   std::unique_ptr<Job> job = std::move(job_);
   next_ = -1;

@@ -56,6 +56,7 @@ class Slot {
   llama_token next_ = -1;           // sampled and not yet decoded; -1 while the prompt runs
   int n_generated_ = 0;
   std::vector<llama_token> generated_;  // only when the job asked for return_tokens
+  std::vector<TokenLogprob> logprobs_;  // only when the job asked for logprobs: not yet sent
   int n_cached_ = 0;                // prompt tokens reused from the cache
 };
 

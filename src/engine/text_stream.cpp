@@ -36,7 +36,10 @@ bool TextStream::append(std::string_view piece) {
   size_t cut = std::string::npos;
   for (const auto& s : stops_) {
     const size_t at = text_.find(s, from);
-    if (at != std::string::npos) cut = std::min(cut, at);
+    if (at != std::string::npos && at < cut) {
+      cut = at;
+      matched_ = s;
+    }
   }
   if (cut == std::string::npos) return false;
   text_.resize(std::max(cut, sent_));

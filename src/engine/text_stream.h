@@ -24,6 +24,9 @@ class TextStream {
   // at the very end (dropped: it can never be completed).
   std::string take_rest();
 
+  // The stop string that ended the text; "" while none did.
+  const std::string& matched_stop() const { return matched_; }
+
   // Everything emitted so far.
   std::string_view emitted() const { return std::string_view(text_).substr(0, sent_); }
 
@@ -35,6 +38,7 @@ class TextStream {
   std::string text_;  // all text so far, cut at a stop string
   size_t sent_ = 0;   // bytes of text_ already handed out
   bool stopped_ = false;
+  std::string matched_;
 };
 
 // Length of the longest prefix of `s` that does not end inside a UTF-8 sequence.

@@ -10,9 +10,11 @@
 #include <condition_variable>
 #include <cstring>
 #include <ctime>
+#include <cctype>
 #include <deque>
 
 #include "gateway/access_log.h"
+#include "gateway/http_server.h"
 #include "gateway/openai.h"
 #include "gateway/status_page.h"
 
@@ -22,21 +24,22 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-void send_error(httplib::Response& res, const Status& s, int retry_after_s = 0) {
-  res.status = openai::http_status(s);
+void send_error(httplib::Response& res, const Dialect& d, const Status& s, int retry_after_s = 0) {
+  res.status = d.http_status(s);
   if (retry_after_s > 0) res.set_header("Retry-After", std::to_string(retry_after_s));
-  res.set_content(openai::error_body(s), "application/json");
+  res.set_content(d.error_body(s), "application/json");
 }
 
-void send_unauthorized(httplib::Response& res, const std::string& message) {
-  res.status = 401;
-  res.set_header("WWW-Authenticate", "Bearer");
-  json e = {{"message", message}, {"type", "authentication_error"}, {"param", nullptr}, {"code", "invalid_api_key"}};
-  res.set_content(json{{"error", e}}.dump(), "application/json");
+std::string dump(const json& j) { return dump_json(j); }
+
+bool iequals_prefix(const std::string& s, const std::string& prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[i])) != std::tolower(static_cast<unsigned char>(prefix[i]))) return false;
+  }
+  return true;
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 // Why binding host:port fails, from a plain bind of the same address (httplib keeps the errno to
 // itself).
 std::string bind_failure(const std::string& host, int port) {
@@ -67,36 +70,18 @@ std::string bind_failure(const std::string& host, int port) {
   return why;
 }
 
-bool flag(const json& body, const char* key) { return body.contains(key) && body[key].is_boolean() && body[key].get<bool>(); }
-
 }  // namespace
-
-// Debian's cpp-httplib 0.11 is a compiled library that listens with a backlog of 5
-// (CPPHTTPLIB_LISTEN_BACKLOG, fixed when the library was built). When more connections than that
-// arrive while the accept thread is not running (a burst of clients on a busy machine), the kernel
-// drops handshakes and falls back to SYN cookies, and some connections, whose clients have already
-// sent a request, are reset about a second later: those requests get no answer at all, and the
-// gateway never sees them. Listening again on the bound socket only raises the queue's length.
-class HttpServer : public httplib::Server {
- public:
-  // 0 on success, else errno. The kernel caps `backlog` at net.core.somaxconn.
-  int set_listen_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0 ? 0 : errno; }
-  // Closes the listening socket of a server that never started listening.
-  void close_listener() { ::close(svr_sock_.exchange(INVALID_SOCKET)); }
-};
 
 struct ApiServer::Call {
   GenerationRequest request;
-  std::string endpoint_name;
+  std::unique_ptr<Dialect> dialect;
+  CallInfo info;
   KeyRecord key;
-  bool stream = false;
-  bool include_usage = false;
-  int64_t created = 0;
   Clock::time_point started = Clock::now();
   Clock::time_point first_token{};  // the first delta's arrival; epoch while none came
   int error_status = 0;             // a stream that ended in an error: that error's HTTP status
   std::atomic<bool> finished{false};
-  openai::Accumulated result;
+  Accumulated result;
 
   std::mutex mutex;
   std::condition_variable cv;
@@ -169,9 +154,9 @@ void ApiServer::stop() {
 }
 
 void ApiServer::install_routes() {
-  server_->set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     access_log::begin();
-    return httplib::Server::HandlerResponse::Unhandled;
+    return handle_cors(req, res) ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
   });
   server_->set_logger([](const httplib::Request& req, const httplib::Response& res) { access_log::write(req, res); });
   // Public, for load balancers and probes: the state and the HTTP status. The details (worker
@@ -217,11 +202,12 @@ void ApiServer::install_routes() {
     res.set_content(dump(openai::models_response(options_.model_id, std::time(nullptr))), "application/json");
   });
   server_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generate(Endpoint::chat, req, res);
+    generate(req, res, std::make_unique<openai::OpenAiDialect>(Endpoint::chat));
   });
   server_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generate(Endpoint::completion, req, res);
+    generate(req, res, std::make_unique<openai::OpenAiDialect>(Endpoint::completion));
   });
+  install_client_routes();
   // Every other path, and errors httplib raises itself (e.g. 413 for a body over the limit).
   server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
@@ -233,7 +219,7 @@ void ApiServer::install_routes() {
     res.status = status;
   });
   server_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, Status::internal("unexpected error while handling the request"));
+    send_error(res, openai::OpenAiDialect(Endpoint::chat), Status::internal("unexpected error while handling the request"));
   });
 }
 
@@ -242,49 +228,66 @@ void ApiServer::set_status_info(nlohmann::json info) {
   status_info_ = std::move(info);
 }
 
-bool ApiServer::holds_valid_key(const httplib::Request& req) const {
+// The key a request presents: `Authorization: Bearer <key>` (the scheme in any case, as RFC 9110
+// has it) or `X-Api-Key: <key>` (Anthropic's clients). "" when none.
+std::string ApiServer::presented_key(const httplib::Request& req, std::string* problem) {
   const std::string header = req.get_header_value("Authorization");
-  return keys_ != nullptr && header.rfind("Bearer ", 0) == 0 && keys_->authenticate(header.substr(7)).is_ok();
+  if (!header.empty()) {
+    if (iequals_prefix(header, "Bearer ")) {
+      size_t at = 7;
+      while (at < header.size() && header[at] == ' ') ++at;
+      return header.substr(at);
+    }
+    if (problem) *problem = "the Authorization header must be 'Bearer <key>'";
+  }
+  return req.get_header_value("X-Api-Key");
 }
 
-bool ApiServer::authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key) {
+bool ApiServer::holds_valid_key(const httplib::Request& req) const {
+  const std::string key = presented_key(req, nullptr);
+  return keys_ != nullptr && !key.empty() && keys_->authenticate(key).is_ok();
+}
+
+bool ApiServer::authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key, const Dialect* dialect) {
   if (!options_.auth) {
     key->id = key->name = "anonymous";
     access_log::note().key = key->name;
     return true;
   }
-  const std::string header = req.get_header_value("Authorization");
-  if (header.empty()) {
-    send_unauthorized(res, "missing API key: send 'Authorization: Bearer <key>' (create one with `tandem keys create`)");
+  const openai::OpenAiDialect fallback(Endpoint::chat);
+  const Dialect& d = dialect != nullptr ? *dialect : fallback;
+  auto refuse = [&](const std::string& message) {
+    res.status = 401;
+    res.set_header("WWW-Authenticate", "Bearer");
+    res.set_content(d.unauthorized_body(message), "application/json");
     return false;
+  };
+  std::string problem;
+  const std::string presented = presented_key(req, &problem);
+  if (presented.empty()) {
+    if (!problem.empty()) return refuse(problem);
+    return refuse("missing API key: send 'Authorization: Bearer <key>' or 'X-Api-Key: <key>' (create one with `tandem keys create`)");
   }
-  if (header.rfind("Bearer ", 0) != 0) {
-    send_unauthorized(res, "the Authorization header must be 'Bearer <key>'");
-    return false;
-  }
-  auto k = keys_->authenticate(header.substr(7));
-  if (!k.is_ok()) {
-    send_unauthorized(res, "invalid API key: " + k.status().message());
-    return false;
-  }
+  auto k = keys_->authenticate(presented);
+  if (!k.is_ok()) return refuse("invalid API key: " + k.status().message());
   *key = k.value();
   access_log::note().key = key->name;
   return true;
 }
 
-void ApiServer::handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
-  const std::string name = endpoint == Endpoint::chat ? "chat" : "completions";
+void ApiServer::generate(const httplib::Request& req, httplib::Response& res, std::unique_ptr<Dialect> dialect) {
+  const std::string name = dialect->name();
   const auto started = Clock::now();
   auto refuse = [&](const Status& s, int retry_after) {
-    send_error(res, s, retry_after);
+    send_error(res, *dialect, s, retry_after);
     metrics_.request_finished(name, res.status, std::chrono::duration<double>(Clock::now() - started).count());
   };
   KeyRecord key;
-  if (!authenticate(req, res, &key)) {
+  if (!authenticate(req, res, &key, dialect.get())) {
     metrics_.request_finished(name, 401, 0);
     return;
   }
-  auto body = openai::parse_request(req.body, endpoint, options_.model_id);
+  auto body = dialect->parse(req.body, options_.model_id);
   if (!body.is_ok()) return refuse(body.status(), 0);
   access_log::note().model = body->value("model", "");
   const HealthReport health = health_();
@@ -303,31 +306,27 @@ void ApiServer::handle_generate(Endpoint endpoint, const httplib::Request& req, 
   }
 
   auto call = std::make_shared<Call>();
-  call->request.endpoint = endpoint;
+  call->request.endpoint = dialect->endpoint();
   call->request.body = std::move(body.value());
-  call->request.id = (endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-") + std::to_string(std::time(nullptr)) + "-" +
-                     std::to_string(next_id_++);
-  call->endpoint_name = name;
+  call->request.id = dialect->id_prefix() + std::to_string(std::time(nullptr)) + "-" + std::to_string(next_id_++);
+  call->info = {call->request.id, options_.model_id, std::time(nullptr), call->request.body};
+  call->dialect = std::move(dialect);
   call->key = key;
   call->started = started;
-  call->created = std::time(nullptr);
-  call->stream = flag(call->request.body, "stream");
-  const json& b = call->request.body;
-  call->include_usage = b.contains("stream_options") && b["stream_options"].is_object() && flag(b["stream_options"], "include_usage");
 
   Status submitted = backend_->submit(call->request, [call](const GenerationEvent& e) { call->push(e); });
   if (!submitted.is_ok()) {
-    send_error(res, submitted, submitted.code() == StatusCode::unavailable ? health.retry_after_s : 0);
+    send_error(res, *call->dialect, submitted, submitted.code() == StatusCode::unavailable ? health.retry_after_s : 0);
     finish(*call, res.status);
     return;
   }
-  if (call->stream) {
+  if (call->dialect->streaming()) {
     // A request the engine rejects at once (a bad field) answers with its HTTP status, as OpenAI
     // does, instead of a 200 stream that carries an error.
     GenerationEvent first;
     if (call->pop(&first, std::chrono::milliseconds(200))) {
       if (first.type == GenerationEvent::Type::error) {
-        send_error(res, first.error, first.error.code() == StatusCode::unavailable ? 5 : 0);
+        send_error(res, *call->dialect, first.error, first.error.code() == StatusCode::unavailable ? 5 : 0);
         finish(*call, res.status);
         return;
       }
@@ -352,13 +351,12 @@ void ApiServer::respond_complete(const std::shared_ptr<Call>& call, httplib::Res
     break;
   }
   if (e.type == GenerationEvent::Type::error) {
-    send_error(res, e.error, e.error.code() == StatusCode::unavailable ? 5 : 0);
+    send_error(res, *call->dialect, e.error, e.error.code() == StatusCode::unavailable ? 5 : 0);
   } else {
     res.status = 200;
     call->result.add(e);
     call->result.finish_reason = e.finish_reason;
-    res.set_content(dump(openai::completion_response(call->request, options_.model_id, call->created, call->result)),
-                    "application/json");
+    res.set_content(dump(call->dialect->response(call->info, call->result)), "application/json");
   }
   finish(*call, res.status);
 }
@@ -366,34 +364,34 @@ void ApiServer::respond_complete(const std::shared_ptr<Call>& call, httplib::Res
 void ApiServer::respond_stream(const std::shared_ptr<Call>& call, httplib::Response& res) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  auto first = std::make_shared<bool>(true);
+  struct Progress {
+    bool opened = false;      // stream_open() was written
+    bool first_event = true;  // no generation event was written yet
+  };
+  auto progress = std::make_shared<Progress>();
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, call, first](size_t, httplib::DataSink& sink) {
+      [this, call, progress](size_t, httplib::DataSink& sink) {
+        std::string out = progress->opened ? std::string() : call->dialect->stream_open(call->info);
+        progress->opened = true;
         GenerationEvent e;
         if (!call->pop(&e, std::chrono::milliseconds(options_.ping_interval_ms))) {
-          // A comment line keeps proxies from timing out and finds clients that went away.
-          if (!sink.write(": ping\n\n", 8)) {
+          // A keep-alive keeps proxies from timing out and finds clients that went away.
+          out += call->dialect->stream_ping();
+          if (!sink.write(out.data(), out.size())) {
             backend_->cancel(call->request.id);
             return false;
           }
           return true;
         }
         observe(*call, e);
-        std::string out;
         if (e.type == GenerationEvent::Type::error) {
-          out = "data: " + openai::error_body(e.error) + "\n\n";
+          out += call->dialect->stream_error(call->info, e.error);
         } else {
-          out = sse(openai::stream_chunk(call->request, options_.model_id, call->created, e, *first));
-          *first = false;
           call->result.add(e);
-          if (e.type == GenerationEvent::Type::done) {
-            if (call->include_usage) {
-              out += sse(openai::usage_chunk(call->request, options_.model_id, call->created, e.prompt_tokens, e.completion_tokens));
-            }
-            out += "data: [DONE]\n\n";
-          }
+          out += call->dialect->stream_event(call->info, e, progress->first_event);
         }
+        progress->first_event = false;
         if (!sink.write(out.data(), out.size())) {
           backend_->cancel(call->request.id);
           return false;
@@ -426,7 +424,7 @@ void ApiServer::finish(Call& call, int http_status) {
   // A stream that began with 200 and ended in an error is a failed request.
   const int status = call.error_status != 0 ? call.error_status : http_status;
   const double ttft = call.first_token == Clock::time_point{} ? -1 : std::chrono::duration<double>(call.first_token - call.started).count();
-  metrics_.request_finished(call.endpoint_name, status, std::chrono::duration<double>(Clock::now() - call.started).count(), ttft);
+  metrics_.request_finished(call.dialect->name(), status, std::chrono::duration<double>(Clock::now() - call.started).count(), ttft);
   metrics_.tokens(call.result.prompt_tokens, call.result.completion_tokens);
   if (keys_ != nullptr && options_.auth && (call.result.prompt_tokens || call.result.completion_tokens)) {
     keys_->record_usage(call.key.id, call.result.prompt_tokens, call.result.completion_tokens);

@@ -8,11 +8,13 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "gateway/backend.h"
+#include "gateway/dialect.h"
 #include "gateway/keys.h"
 #include "gateway/limiter.h"
 #include "gateway/metrics.h"
@@ -40,6 +42,9 @@ struct ApiOptions {
   int threads = 0;                      // HTTP worker threads; 0 = max_in_flight + 8
   int ping_interval_ms = 1000;          // SSE comment while a stream waits: detects gone clients
   bool status_page_public = false;      // /status.json without a key ([server] status_page_public)
+  // Browser origins allowed to call the API ([server] cors_origins); "*" allows any. Empty: CORS
+  // off (no Access-Control-* headers, preflights refused).
+  std::vector<std::string> cors_origins;
 };
 
 // What /health reports and whether generation requests are admitted right now.
@@ -75,13 +80,23 @@ class ApiServer {
  private:
   struct Call;  // one generation request in flight
   void install_routes();
-  void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  // The routes of client_routes.cpp: Anthropic Messages, OpenAI Responses, one model, tokenize.
+  void install_client_routes();
+  // CORS (cors.cpp): answers a browser's preflight, marks allowed origins' responses. True when
+  // the request is answered here.
+  bool handle_cors(const httplib::Request& req, httplib::Response& res) const;
+  // One generation request in `dialect`'s shape: key, parse, admission, the backend, the answer.
+  void generate(const httplib::Request& req, httplib::Response& res, std::unique_ptr<Dialect> dialect);
   void respond_complete(const std::shared_ptr<Call>& call, httplib::Response& res);
   void respond_stream(const std::shared_ptr<Call>& call, httplib::Response& res);
+  // The key in `Authorization: Bearer` (any case) or `X-Api-Key`; "" when none (`problem`, when
+  // given, says why an Authorization header was not read).
+  static std::string presented_key(const httplib::Request& req, std::string* problem);
   // True when the request carries a key that the key store accepts (nothing is written).
   bool holds_valid_key(const httplib::Request& req) const;
-  // Checks the bearer key; on failure writes the 401 and returns false.
-  bool authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key);
+  // Checks the key; on failure writes the 401 in `dialect`'s error shape (OpenAI's when null)
+  // and returns false.
+  bool authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key, const Dialect* dialect = nullptr);
   // Records what an event says of its request: first token, tokens, an error's status.
   void observe(Call& call, const GenerationEvent& e);
   // Ends `call` once: releases its limits and records metrics and usage.

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,9 +27,15 @@ struct GenerationEvent {
   std::string text;            // delta: new content text
   std::string reasoning;       // delta: new reasoning text (templates that separate it)
   nlohmann::json tool_calls;   // delta: OpenAI tool_calls delta array, or null
+  // delta, done: when the request asked for logprobs, one object per generated token since the
+  // last event: {"token": text, "bytes": [..], "logprob": x, "top_logprobs": [{"token", "bytes",
+  // "logprob"}, ...]} (OpenAI's chat shape); null otherwise.
+  nlohmann::json logprobs;
   std::string finish_reason;   // done: stop, length, tool_calls
+  std::string stop_sequence;   // done: the stop string that ended it (finish "stop"), else ""
   uint64_t prompt_tokens = 0;  // done
   uint64_t completion_tokens = 0;
+  uint64_t cached_tokens = 0;  // done: prompt tokens whose KV cache was reused
   Status error;                // error: what went wrong (code maps to the HTTP status)
 };
 
@@ -43,6 +50,17 @@ class Backend {
   virtual Status submit(const GenerationRequest& request, EventSink sink) = 0;
   // Asks to stop request `id` early; its sink then gets a done (finish "stop") or error event soon.
   virtual void cancel(const std::string& id) = 0;
+
+  // The loaded model's tokenizer, answered at once (no slot needed). Errors: unavailable while no
+  // model is loaded; invalid_argument for a bad body or token id, naming it.
+  struct Token {
+    int32_t id = 0;
+    std::string piece;  // the token's bytes
+  };
+  virtual Result<std::vector<Token>> tokenize(const std::string& text, bool add_special) = 0;
+  virtual Result<std::string> detokenize(const std::vector<int32_t>& tokens) = 0;
+  // The tokens of the prompt `body` (an OpenAI chat or completion body) renders to.
+  virtual Result<int> count_tokens(Endpoint endpoint, const nlohmann::json& body) = 0;
 };
 
 }  // namespace tandem::gateway

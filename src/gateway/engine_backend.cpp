@@ -1,6 +1,33 @@
 #include "gateway/engine_backend.h"
 
 namespace tandem::gateway {
+namespace {
+
+constexpr int kQueryTimeoutMs = 30000;  // a long conversation's template takes a while to render
+
+nlohmann::json bytes_of(const std::string& s) {
+  nlohmann::json b = nlohmann::json::array();
+  for (char c : s) b.push_back(static_cast<unsigned char>(c));
+  return b;
+}
+
+nlohmann::json logprob_json(const engine::TopLogprob& t) {
+  return {{"token", t.piece}, {"bytes", bytes_of(t.piece)}, {"logprob", t.logprob}};
+}
+
+nlohmann::json logprobs_json(const std::vector<engine::TokenLogprob>& lps) {
+  if (lps.empty()) return nullptr;
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& lp : lps) {
+    nlohmann::json j = logprob_json(lp.token);
+    j["top_logprobs"] = nlohmann::json::array();
+    for (const auto& t : lp.top) j["top_logprobs"].push_back(logprob_json(t));
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace
 
 void EngineBackend::set_client(std::shared_ptr<engine::EngineClient> client) {
   std::shared_ptr<engine::EngineClient> old;
@@ -41,6 +68,7 @@ GenerationEvent EngineBackend::convert(const engine::EngineEvent& e) {
           g.tool_calls.push_back(call);
         }
       }
+      g.logprobs = logprobs_json(e.logprobs);
       break;
     }
     case engine::EngineEvent::Type::done:
@@ -48,6 +76,9 @@ GenerationEvent EngineBackend::convert(const engine::EngineEvent& e) {
       g.finish_reason = e.finish_reason;
       g.prompt_tokens = static_cast<uint64_t>(e.usage.prompt_tokens);
       g.completion_tokens = static_cast<uint64_t>(e.usage.completion_tokens);
+      g.cached_tokens = static_cast<uint64_t>(e.usage.cached_tokens);
+      g.stop_sequence = e.stop_sequence;
+      g.logprobs = logprobs_json(e.logprobs);
       break;
     default: {
       g.type = GenerationEvent::Type::error;
@@ -88,6 +119,44 @@ Status EngineBackend::submit(const GenerationRequest& request, EventSink sink) {
 
 void EngineBackend::cancel(const std::string& id) {
   if (auto c = client()) c->cancel(id);
+}
+
+namespace {
+Result<engine::EngineEvent> ask(const std::shared_ptr<engine::EngineClient>& c, engine::EngineRequest r) {
+  if (!c || !c->connected()) return Status::unavailable("the engine is not running");
+  return c->query(std::move(r), kQueryTimeoutMs);
+}
+}  // namespace
+
+Result<std::vector<Backend::Token>> EngineBackend::tokenize(const std::string& text, bool add_special) {
+  engine::EngineRequest r;
+  r.op = engine::EngineRequest::Op::tokenize;
+  r.content = text;
+  r.add_special = add_special;
+  auto e = ask(client(), std::move(r));
+  if (!e.is_ok()) return e.status();
+  std::vector<Token> out;
+  for (size_t i = 0; i < e->tokens.size(); ++i) out.push_back({e->tokens[i], i < e->pieces.size() ? e->pieces[i] : ""});
+  return out;
+}
+
+Result<std::string> EngineBackend::detokenize(const std::vector<int32_t>& tokens) {
+  engine::EngineRequest r;
+  r.op = engine::EngineRequest::Op::detokenize;
+  r.tokens = tokens;
+  auto e = ask(client(), std::move(r));
+  if (!e.is_ok()) return e.status();
+  return e->content;
+}
+
+Result<int> EngineBackend::count_tokens(Endpoint endpoint, const nlohmann::json& body) {
+  engine::EngineRequest r;
+  r.op = engine::EngineRequest::Op::count;
+  r.kind = endpoint == Endpoint::chat ? engine::RequestKind::chat : engine::RequestKind::completion;
+  r.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  auto e = ask(client(), std::move(r));
+  if (!e.is_ok()) return e.status();
+  return e->count;
 }
 
 }  // namespace tandem::gateway

@@ -1,5 +1,7 @@
 #include "gateway/openai.h"
 
+#include "engine/protocol.h"
+
 namespace tandem::gateway::openai {
 namespace {
 
@@ -31,10 +33,17 @@ Status check_messages(const json& body) {
 Status check_prompt(const json& body) {
   if (!body.contains("prompt")) return field_error("prompt", "is required");
   const json& p = body["prompt"];
-  if (p.is_string()) return Status::ok();
-  if (p.is_array() && p.size() == 1 && p[0].is_string()) return Status::ok();
-  if (p.is_array() && p.size() > 1) return field_error("prompt", "may hold one prompt only (batches are not supported)");
-  return field_error("prompt", "must be a string");
+  auto ints = [](const json& a) {
+    if (!a.is_array() || a.empty()) return false;
+    for (const json& t : a) if (!t.is_number_integer()) return false;
+    return true;
+  };
+  if (p.is_string() || ints(p)) return Status::ok();
+  if (p.is_array() && p.size() == 1 && (p[0].is_string() || ints(p[0]))) return Status::ok();
+  if (p.is_array() && p.size() > 1 && (p[0].is_string() || p[0].is_array())) {
+    return field_error("prompt", "may hold one prompt only (batches are not supported)");
+  }
+  return field_error("prompt", "must be a string or an array of token ids (integers)");
 }
 
 const char* object_name(Endpoint e, bool chunk) {
@@ -45,17 +54,12 @@ const char* object_name(Endpoint e, bool chunk) {
 }  // namespace
 
 Result<json> parse_request(const std::string& body, Endpoint endpoint, const std::string& model_id) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    return Status::invalid_argument("request body is not valid JSON (at byte " + std::to_string(e.byte) + "): " + e.what());
-  } catch (const json::exception& e) {
-    // Valid syntax the parser still refuses, e.g. a number out of a double's range ("1e400").
-    return Status::invalid_argument(std::string("request body is not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) return Status::invalid_argument("request body must be a JSON object");
-  if (!j.contains("model") || !j["model"].is_string()) return field_error("model", "is required and must be a string");
+  auto parsed = parse_json_object(body);
+  if (!parsed.is_ok()) return parsed.status();
+  json j = std::move(parsed.value());
+  // One model is served: a request that names none gets it.
+  if (!j.contains("model") || j["model"].is_null()) j["model"] = model_id;
+  if (!j["model"].is_string()) return field_error("model", "must be a string");
   if (j["model"] != model_id) {
     return Status::not_found("model '" + j["model"].get<std::string>() + "' is not served here; this server serves '" + model_id + "'");
   }
@@ -87,94 +91,145 @@ int http_status(const Status& s) {
   return 500;
 }
 
-std::string error_body(const Status& s, const std::string& param) {
+bool is_context_exceeded(const Status& s) {
+  return s.code() == StatusCode::invalid_argument && s.message().rfind(engine::kPromptTooLong, 0) == 0;
+}
+
+std::string error_body(const Status& s, const std::string& param, Endpoint endpoint) {
   const char* type = "server_error";
   const char* code = nullptr;
+  std::string where = param;
   switch (s.code()) {
-    case StatusCode::invalid_argument: type = "invalid_request_error"; break;
+    case StatusCode::invalid_argument:
+      type = "invalid_request_error";
+      if (is_context_exceeded(s)) {
+        code = "context_length_exceeded";
+        if (where.empty()) where = endpoint == Endpoint::chat ? "messages" : "prompt";
+      } else if (where.empty() && s.message().rfind("'", 0) == 0) {
+        // The gateway's own field errors begin with the field: "'messages[0].role' must be ...".
+        where = s.message().substr(1, s.message().find('\'', 1) - 1);
+      }
+      break;
     case StatusCode::not_found: type = "invalid_request_error"; code = "model_not_found"; break;
     case StatusCode::resource_exhausted: type = "rate_limit_error"; code = "rate_limit_exceeded"; break;
     case StatusCode::unavailable: type = "server_error"; code = "service_unavailable"; break;
     case StatusCode::cancelled: type = "server_error"; code = "cancelled"; break;
     default: break;
   }
-  json e = {{"message", s.message()}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)},
+  json e = {{"message", s.message()}, {"type", type}, {"param", where.empty() ? json(nullptr) : json(where)},
             {"code", code ? json(code) : json(nullptr)}};
-  return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  return dump_json(json{{"error", e}});
 }
 
-void Accumulated::add(const GenerationEvent& d) {
-  text += d.text;
-  reasoning += d.reasoning;
-  if (!d.tool_calls.is_array()) return;
-  // Tool-call deltas carry an index; names and argument fragments are concatenated per index.
-  for (const json& call : d.tool_calls) {
-    const size_t index = call.value("index", 0);
-    while (tool_calls.size() <= index) {
-      tool_calls.push_back({{"id", ""}, {"type", "function"}, {"function", {{"name", ""}, {"arguments", ""}}}});
-    }
-    json& t = tool_calls[index];
-    if (call.contains("id") && call["id"].is_string()) t["id"] = call["id"];
-    if (call.contains("function")) {
-      const json& f = call["function"];
-      if (f.contains("name") && f["name"].is_string()) t["function"]["name"] = t["function"]["name"].get<std::string>() + f["name"].get<std::string>();
-      if (f.contains("arguments") && f["arguments"].is_string()) {
-        t["function"]["arguments"] = t["function"]["arguments"].get<std::string>() + f["arguments"].get<std::string>();
-      }
-    }
+namespace {
+
+// Completions' legacy logprobs shape from the chat shape's entries; offsets count from `offset`.
+json completion_logprobs(const json& entries, size_t offset) {
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+  for (const json& e : entries) {
+    const std::string token = e.value("token", "");
+    out["tokens"].push_back(token);
+    out["token_logprobs"].push_back(e["logprob"]);
+    json top = json::object();
+    for (const json& t : e.value("top_logprobs", json::array())) top[t.value("token", "")] = t["logprob"];
+    out["top_logprobs"].push_back(top);
+    out["text_offset"].push_back(offset);
+    offset += token.size();
   }
+  return out;
 }
 
-json completion_response(const GenerationRequest& r, const std::string& model_id, int64_t created, const Accumulated& a) {
+json chat_logprobs(const json& entries) { return {{"content", entries}, {"refusal", nullptr}}; }
+
+bool wants_logprobs(const json& body) {
+  const json lp = body.value("logprobs", json());
+  return (lp.is_boolean() && lp.get<bool>()) || lp.is_number_integer();
+}
+
+json usage_json(uint64_t prompt, uint64_t completion) {
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+}  // namespace
+
+json completion_response(const CallInfo& call, Endpoint endpoint, const Accumulated& a) {
   json choice = {{"index", 0}, {"finish_reason", a.finish_reason}, {"logprobs", nullptr}};
-  if (r.endpoint == Endpoint::chat) {
+  const bool logprobs = wants_logprobs(call.body);
+  if (endpoint == Endpoint::chat) {
     json message = {{"role", "assistant"}, {"content", a.text}};
     if (!a.reasoning.empty()) message["reasoning_content"] = a.reasoning;
     if (!a.tool_calls.empty()) message["tool_calls"] = a.tool_calls;
     choice["message"] = message;
+    if (logprobs) choice["logprobs"] = chat_logprobs(a.logprobs);
   } else {
     choice["text"] = a.text;
+    if (logprobs) choice["logprobs"] = completion_logprobs(a.logprobs, 0);
   }
-  return {{"id", r.id},
-          {"object", object_name(r.endpoint, false)},
-          {"created", created},
-          {"model", model_id},
+  return {{"id", call.id},
+          {"object", object_name(endpoint, false)},
+          {"created", call.created},
+          {"model", call.model_id},
           {"choices", json::array({choice})},
-          {"usage", {{"prompt_tokens", a.prompt_tokens}, {"completion_tokens", a.completion_tokens},
-                     {"total_tokens", a.prompt_tokens + a.completion_tokens}}}};
+          {"usage", usage_json(a.prompt_tokens, a.completion_tokens)}};
 }
 
-json stream_chunk(const GenerationRequest& r, const std::string& model_id, int64_t created, const GenerationEvent& e, bool first) {
+json model_object(const std::string& model_id, int64_t created) {
+  // `default`: a request without `model` is served by this one.
+  return {{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "tandem"}, {"default", true}};
+}
+
+json models_response(const std::string& model_id, int64_t created) {
+  return {{"object", "list"}, {"data", json::array({model_object(model_id, created)})}};
+}
+
+Result<json> OpenAiDialect::parse(const std::string& body, const std::string& model_id) {
+  auto j = parse_request(body, endpoint_, model_id);
+  if (!j.is_ok()) return j;
+  stream_ = j->value("stream", json(false)).is_boolean() && j->value("stream", false);
+  const json so = j->value("stream_options", json());
+  include_usage_ = so.is_object() && so.value("include_usage", json(false)).is_boolean() && so.value("include_usage", false);
+  return j;
+}
+
+std::string OpenAiDialect::unauthorized_body(const std::string& message) const {
+  json e = {{"message", message}, {"type", "authentication_error"}, {"param", nullptr}, {"code", "invalid_api_key"}};
+  return dump_json(json{{"error", e}});
+}
+
+json OpenAiDialect::response(const CallInfo& call, const Accumulated& result) { return completion_response(call, endpoint_, result); }
+
+std::string OpenAiDialect::stream_event(const CallInfo& call, const GenerationEvent& e, bool first) {
   const bool final = e.type == GenerationEvent::Type::done;
   json choice = {{"index", 0}, {"finish_reason", final ? json(e.finish_reason) : json(nullptr)}, {"logprobs", nullptr}};
-  if (r.endpoint == Endpoint::chat) {
+  const bool logprobs = e.logprobs.is_array() && !e.logprobs.empty();
+  if (endpoint_ == Endpoint::chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
     if (!e.text.empty()) delta["content"] = e.text;
     if (!e.reasoning.empty()) delta["reasoning_content"] = e.reasoning;
     if (e.tool_calls.is_array() && !e.tool_calls.empty()) delta["tool_calls"] = e.tool_calls;
     choice["delta"] = delta;
+    if (logprobs) choice["logprobs"] = chat_logprobs(e.logprobs);
   } else {
     choice["text"] = e.text;
+    if (logprobs) {
+      choice["logprobs"] = completion_logprobs(e.logprobs, text_offset_);
+      for (const json& t : e.logprobs) text_offset_ += t.value("token", "").size();
+    }
   }
-  return {{"id", r.id}, {"object", object_name(r.endpoint, true)}, {"created", created}, {"model", model_id},
-          {"choices", json::array({choice})}};
+  json chunk = {{"id", call.id}, {"object", object_name(endpoint_, true)}, {"created", call.created}, {"model", call.model_id},
+                {"choices", json::array({choice})}};
+  std::string out = sse_data(chunk);
+  if (final) {
+    if (include_usage_) {
+      out += sse_data({{"id", call.id}, {"object", object_name(endpoint_, true)}, {"created", call.created}, {"model", call.model_id},
+                       {"choices", json::array()}, {"usage", usage_json(e.prompt_tokens, e.completion_tokens)}});
+    }
+    out += "data: [DONE]\n\n";
+  }
+  return out;
 }
 
-json usage_chunk(const GenerationRequest& r, const std::string& model_id, int64_t created, uint64_t prompt_tokens,
-                 uint64_t completion_tokens) {
-  return {{"id", r.id},
-          {"object", object_name(r.endpoint, true)},
-          {"created", created},
-          {"model", model_id},
-          {"choices", json::array()},
-          {"usage", {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
-                     {"total_tokens", prompt_tokens + completion_tokens}}}};
-}
-
-json models_response(const std::string& model_id, int64_t created) {
-  return {{"object", "list"},
-          {"data", json::array({{{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "tandem"}}})}};
-}
+std::string OpenAiDialect::stream_error(const CallInfo&, const Status& error) { return "data: " + error_body(error) + "\n\n"; }
 
 }  // namespace tandem::gateway::openai

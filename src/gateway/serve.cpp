@@ -152,6 +152,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   ao.auth = !c.server.insecure_no_auth;
   ao.max_in_flight = c.server.max_in_flight;
   ao.status_page_public = c.server.status_page_public;
+  ao.cors_origins = c.server.cors_origins;
   std::atomic<Backend*> backend{nullptr};
   class Late : public Backend {  // forwards to the supervisor's backend once it exists
    public:
@@ -162,6 +163,18 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
     }
     void cancel(const std::string& id) override {
       if (Backend* b = target->load()) b->cancel(id);
+    }
+    Result<std::vector<Token>> tokenize(const std::string& text, bool add_special) override {
+      Backend* b = target->load();
+      return b ? b->tokenize(text, add_special) : Result<std::vector<Token>>(Status::unavailable("the cluster is starting"));
+    }
+    Result<std::string> detokenize(const std::vector<int32_t>& tokens) override {
+      Backend* b = target->load();
+      return b ? b->detokenize(tokens) : Result<std::string>(Status::unavailable("the cluster is starting"));
+    }
+    Result<int> count_tokens(Endpoint e, const nlohmann::json& body) override {
+      Backend* b = target->load();
+      return b ? b->count_tokens(e, body) : Result<int>(Status::unavailable("the cluster is starting"));
     }
   } late;
   late.target = &backend;

@@ -45,6 +45,13 @@ ModelSpec minimax_m3_real() {
 ModelSpec tiny() {
   ModelSpec s;  // the defaults of ModelSpec are the tiny minimax-m3
   s.name = "tandem tiny minimax-m3";
+  // A byte-level BPE tokenizer, like the real M3's: SPM's word marks cannot express the chat
+  // template's generation prompt to a grammar, so response_format and tools failed on it.
+  // DeepSeek-Coder's 32256 tokens are the fewest of the BPE vocabularies in llama.cpp's models/:
+  // the file stays at ~13 MB (Qwen2's 151936 would make it ~53 MB, GPT-2's 50257 ~19 MB, and the
+  // wider output layer makes near-ties of random logits, and so split-versus-local differences
+  // in greedy tokens, likelier).
+  s.vocab = "ggml-vocab-deepseek-coder.gguf";
   s.n_expert = 4;
   s.indexer_block_size = 32;
   s.indexer_top_k = 2;
@@ -69,7 +76,7 @@ ModelSpec tiny_qwen3moe() {
 
 std::vector<PresetInfo> presets() {
   return {
-      {"tiny", "minimax-m3, 4 layers, hidden 256, 4 experts (2 used + 1 shared), Q4_K, ~11 MB: tests and the demo"},
+      {"tiny", "minimax-m3, 4 layers, hidden 256, 4 experts (2 used + 1 shared), Q4_K, a BPE tokenizer, ~13 MB: tests and the demo"},
       {"tiny-qwen3moe", "qwen3moe, 2 layers, hidden 256, 4 experts (2 used), Q4_K"},
       {"m3-proxy", "MiniMax-M3's real per-token shapes with 16 routed experts instead of 128, IQ4_XS, ~34 GB: GPU benchmarks"},
       {"m3", "the real MiniMax-M3 (~428B parameters, 128 experts), IQ4_XS; use with --header-only"},

@@ -208,5 +208,84 @@ TEST(SchedulerSplit, ThroughRpcServersGivesTheTokensOfOneProcess) {
   EXPECT_EQ(run_all(split), alone);
 }
 
+
+// tokenize / detokenize / count answered by the loaded model's tokenizer, and logprobs of the
+// tokens a greedy completion picks.
+TEST(EngineServer, TokenizeDetokenizeCountAndLogprobsOverTheSocket) {
+  ScratchDir dir;
+  const std::string model = dir.file("tiny.gguf"), socket = short_socket_path();
+  ASSERT_TRUE(synth::write_model(synth::preset("tiny").value(), model, {}).is_ok());
+  ChildProcess engine({TANDEM_BINARY, "engine", "--model", model, "--socket", socket, "--context", "512", "-t", "1"}, dir.file("engine.log"));
+  auto client = EngineClient::connect(socket, 30000);
+  ASSERT_TRUE(client.is_ok()) << client.status().to_string();
+  EngineClient& c = *client.value();
+  ASSERT_TRUE(wait_for_state(c, "ready", 60000));
+
+  EngineRequest t;
+  t.op = EngineRequest::Op::tokenize;
+  t.content = "Two boxes, one cable";
+  auto tokens = c.query(t, 5000);
+  ASSERT_TRUE(tokens.is_ok()) << tokens.status().to_string();
+  ASSERT_EQ(tokens->type, EngineEvent::Type::result);
+  ASSERT_GT(tokens->tokens.size(), 2u);
+  ASSERT_EQ(tokens->pieces.size(), tokens->tokens.size());
+  std::string joined;
+  for (const auto& p : tokens->pieces) joined += p;
+  EXPECT_EQ(joined, t.content);
+  EngineRequest d;
+  d.op = EngineRequest::Op::detokenize;
+  d.tokens = tokens->tokens;
+  auto text = c.query(d, 5000);
+  ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+  EXPECT_EQ(text->content, t.content);
+  d.tokens = {-1};
+  auto bad = c.query(d, 5000);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("tokens[0] = -1"), std::string::npos) << bad.status().message();
+
+  // count: the chat template's rendering, more than the bare text.
+  EngineRequest n;
+  n.op = EngineRequest::Op::count;
+  n.kind = RequestKind::chat;
+  n.body = json{{"messages", {{{"role", "user"}, {"content", t.content}}}}}.dump();
+  auto counted = c.query(n, 5000);
+  ASSERT_TRUE(counted.is_ok()) << counted.status().to_string();
+  EXPECT_GT(counted->count, static_cast<int>(tokens->tokens.size()));
+  // ...and the prompt_tokens of the same request when generated.
+  auto gen = std::make_shared<EventCollector>();
+  json chat_body = json::parse(n.body);
+  chat_body["max_tokens"] = 1;
+  ASSERT_TRUE(c.submit("g", RequestKind::chat, chat_body.dump(), [gen](const EngineEvent& e) { (*gen)(e); }).is_ok());
+  ASSERT_TRUE(gen->wait());
+  EXPECT_EQ(gen->final_event().usage.prompt_tokens, counted->count);
+
+  // logprobs: one entry per generated token, the greedy pick is the most likely, top sorted.
+  auto a = std::make_shared<EventCollector>();
+  json body = {{"prompt", "Two boxes and a cable"}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true},
+               {"logprobs", 3}, {"return_tokens", true}};
+  ASSERT_TRUE(c.submit("lp", RequestKind::completion, body.dump(), [a](const EngineEvent& e) { (*a)(e); }).is_ok());
+  ASSERT_TRUE(a->wait());
+  ASSERT_EQ(a->final_event().type, EngineEvent::Type::done) << a->final_event().message;
+  std::vector<TokenLogprob> lps;
+  for (const auto& e : a->events()) lps.insert(lps.end(), e.logprobs.begin(), e.logprobs.end());
+  ASSERT_EQ(lps.size(), 6u);
+  const std::vector<int32_t>& ids = a->final_event().tokens;
+  ASSERT_EQ(ids.size(), 6u);
+  for (size_t i = 0; i < lps.size(); ++i) {
+    EXPECT_EQ(lps[i].token.id, ids[i]);
+    ASSERT_EQ(lps[i].top.size(), 3u);
+    EXPECT_EQ(lps[i].top[0].id, ids[i]) << "greedy picks the most likely token";
+    EXPECT_LE(lps[i].token.logprob, 0.0f);
+    EXPECT_GE(lps[i].top[0].logprob, lps[i].top[1].logprob);
+    EXPECT_GE(lps[i].top[1].logprob, lps[i].top[2].logprob);
+  }
+  // Without logprobs, none.
+  auto plain = std::make_shared<EventCollector>();
+  body.erase("logprobs");
+  ASSERT_TRUE(c.submit("p", RequestKind::completion, body.dump(), [plain](const EngineEvent& e) { (*plain)(e); }).is_ok());
+  ASSERT_TRUE(plain->wait());
+  for (const auto& e : plain->events()) EXPECT_TRUE(e.logprobs.empty());
+}
+
 }  // namespace
 }  // namespace tandem::engine

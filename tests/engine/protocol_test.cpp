@@ -102,5 +102,59 @@ TEST(Protocol, InvalidUtf8IsReplacedNotThrown) {
   EXPECT_TRUE(decode_event(encode_event(d)).is_ok());
 }
 
+
+TEST(Protocol, TokenizerOpsResultsAndLogprobsRoundTrip) {
+  EngineRequest t;
+  t.op = EngineRequest::Op::tokenize;
+  t.id = "q1";
+  t.content = "héllo";
+  t.add_special = true;
+  auto back = decode_request(encode_request(t));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->op, EngineRequest::Op::tokenize);
+  EXPECT_EQ(back->content, "héllo");
+  EXPECT_TRUE(back->add_special);
+  EngineRequest d;
+  d.op = EngineRequest::Op::detokenize;
+  d.id = "q2";
+  d.tokens = {1, 2, 300};
+  EXPECT_EQ(decode_request(encode_request(d))->tokens, d.tokens);
+  EngineRequest n;
+  n.op = EngineRequest::Op::count;
+  n.id = "q3";
+  n.body = R"({"messages":[{"role":"user","content":"hi"}]})";
+  back = decode_request(encode_request(n));
+  EXPECT_EQ(back->op, EngineRequest::Op::count);
+  EXPECT_EQ(back->kind, RequestKind::chat);
+  EXPECT_FALSE(decode_request(R"({"op":"count","id":"x"})").is_ok());
+  EXPECT_NE(decode_request(R"({"op":"tokenise","id":"x"})").status().message().find("tokenize, detokenize, count"), std::string::npos);
+
+  EngineEvent r;
+  r.type = EngineEvent::Type::result;
+  r.id = "q1";
+  r.tokens = {5, 6};
+  r.pieces = {"a", "b"};
+  r.count = 9;
+  auto e = decode_event(encode_event(r));
+  ASSERT_TRUE(e.is_ok());
+  EXPECT_EQ(e->type, EngineEvent::Type::result);
+  EXPECT_EQ(e->tokens, r.tokens);
+  EXPECT_EQ(e->pieces, r.pieces);
+  EXPECT_EQ(e->count, 9);
+
+  // A piece that ends inside a UTF-8 character keeps its bytes.
+  EngineEvent delta;
+  delta.type = EngineEvent::Type::delta;
+  delta.id = "r";
+  delta.text = "x";
+  delta.logprobs = {{{7, std::string("\xc3"), -0.5f}, {{7, std::string("\xc3"), -0.5f}, {8, "y", -1.0f}}}};
+  e = decode_event(encode_event(delta));
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  ASSERT_EQ(e->logprobs.size(), 1u);
+  EXPECT_EQ(e->logprobs[0].token.piece, std::string("\xc3"));
+  EXPECT_EQ(e->logprobs[0].top[1].id, 8);
+  EXPECT_FLOAT_EQ(e->logprobs[0].top[1].logprob, -1.0f);
+}
+
 }  // namespace
 }  // namespace tandem::engine

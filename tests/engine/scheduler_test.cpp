@@ -272,7 +272,7 @@ TEST_F(SchedulerTest, InvalidRequestsAreErrorsThatNameTheField) {
   const std::vector<std::pair<json, std::string>> cases = {
       {{{"prompt", "a"}, {"temperature", 3}}, "temperature must be a number in [0, 2], got 3"},
       {{{"prompt", "a"}, {"top_p", -0.5}}, "top_p must be a number in [0, 1]"},
-      {{{"prompt", "a"}, {"top_k", "many"}}, "top_k must be an integer in [0, 32000]"},
+      {{{"prompt", "a"}, {"top_k", "many"}}, "top_k must be an integer in [0, "},
       {{{"prompt", "a"}, {"presence_penalty", 9}}, "presence_penalty must be a number in [-2, 2]"},
       {{{"prompt", "a"}, {"max_tokens", 0}}, "max_tokens must be an integer in [1, "},
       {{{"prompt", "a"}, {"seed", -1}}, "seed must be an integer in [0, "},

@@ -20,6 +20,10 @@ class FakeBackend : public Backend {
   Status refuse;                       // when not ok, submit() fails with it
   Status fail_midway;                  // when not ok, sent as an error event after the first word
   Status fail_first;                   // when not ok, sent as the only event (a rejected request)
+  // When not empty, sent instead of `words` (deltas with reasoning, tool calls, logprobs), then a
+  // done event with `finish_reason`.
+  std::vector<GenerationEvent> script;
+  std::string finish_reason = "length";
 
   ~FakeBackend() override {
     for (auto& t : threads_) t.join();
@@ -41,6 +45,31 @@ class FakeBackend : public Backend {
     cancelled.insert(id);
   }
 
+  // Tokens are the body's bytes: one token per byte, its id the byte's value.
+  Result<std::vector<Token>> tokenize(const std::string& text, bool add_special) override {
+    if (!refuse.is_ok()) return refuse;
+    std::vector<Token> out;
+    if (add_special) out.push_back({1000, "<s>"});
+    for (char c : text) out.push_back({static_cast<unsigned char>(c), std::string(1, c)});
+    return out;
+  }
+  Result<std::string> detokenize(const std::vector<int32_t>& tokens) override {
+    std::string out;
+    for (int32_t t : tokens) {
+      if (t < 0 || t > 255) return Status::invalid_argument("token " + std::to_string(t) + " is not in the fake vocabulary");
+      out.push_back(static_cast<char>(t));
+    }
+    return out;
+  }
+  // The bytes of the body's messages (or prompt) as JSON: depends on everything the body holds.
+  Result<int> count_tokens(Endpoint endpoint, const nlohmann::json& body) override {
+    if (!refuse.is_ok()) return refuse;
+    std::lock_guard<std::mutex> lock(mutex_);
+    last_count_body = body;
+    const char* key = endpoint == Endpoint::chat ? "messages" : "prompt";
+    return static_cast<int>(body.value(key, nlohmann::json()).dump().size() + body.value("tools", nlohmann::json()).dump().size());
+  }
+
   bool was_cancelled(const std::string& id) {
     std::lock_guard<std::mutex> lock(mutex_);
     return cancelled.count(id) > 0;
@@ -52,6 +81,7 @@ class FakeBackend : public Backend {
 
   std::mutex mutex_;
   nlohmann::json last_body;     // guarded by mutex_
+  nlohmann::json last_count_body;  // guarded by mutex_
   std::set<std::string> cancelled;  // guarded by mutex_
   std::atomic<int> submitted{0};
 
@@ -65,6 +95,20 @@ class FakeBackend : public Backend {
       return;
     }
     uint64_t n = 0;
+    if (!script.empty()) {
+      for (const GenerationEvent& e : script) {
+        std::this_thread::sleep_for(delay);
+        sink(e);
+        ++n;
+      }
+      GenerationEvent done;
+      done.type = GenerationEvent::Type::done;
+      done.finish_reason = finish_reason;
+      done.prompt_tokens = 7;
+      done.completion_tokens = n;
+      sink(done);
+      return;
+    }
     for (const std::string& w : words) {
       std::this_thread::sleep_for(delay);
       if (was_cancelled(id)) break;

@@ -8,7 +8,11 @@
 //
 // Checks: chat (non-streaming chat completion), stream (streaming chat completion with usage),
 // completion (legacy completions), auth (a wrong key gets openai.AuthenticationError, 401),
-// models (models.list() holds the model id). Prints one JSON line on stdout; exits 0 when every
+// models (models.list() holds the model id), retrieve (models.retrieve() of it, NotFoundError for
+// another), logprobs (chat with logprobs and top_logprobs), responses (responses.create), 
+// responses_stream (responses.stream(): its events and final response), responses_tool (a
+// function tool), responses_json (text.format json_schema: the output parses and fits), preflight
+// (a browser's OPTIONS from --origin, which the server must allow). Prints one JSON line on stdout; exits 0 when every
 // check passed, 1 when one failed (each failure also goes to stderr as one line), 2 on a usage
 // error. Every request has a timeout and the run as a whole has a deadline, so it never hangs.
 //
@@ -21,7 +25,10 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import process from 'node:process';
 
-const ALL_CHECKS = ['chat', 'stream', 'completion', 'auth', 'models'];
+const ALL_CHECKS = ['chat', 'stream', 'completion', 'auth', 'models', 'retrieve', 'logprobs', 'responses', 'responses_stream',
+  'responses_tool', 'responses_json', 'preflight'];
+// The default set; the newer ones need a long context (tools) or a CORS origin (preflight).
+const DEFAULT_CHECKS = ['chat', 'stream', 'completion', 'auth', 'models'];
 const FINISH_REASONS = ['stop', 'length', 'tool_calls', 'content_filter', 'function_call'];
 
 const USAGE = `usage: node tests/integration/openai_client.mjs --base-url URL --api-key KEY --model ID
@@ -33,8 +40,10 @@ const USAGE = `usage: node tests/integration/openai_client.mjs --base-url URL --
   --node-modules DIR  the node_modules holding openai (or TANDEM_NODE_MODULES, or NODE_PATH);
                       scripts/install-node-deps.sh prints it
   --timeout SECONDS   per request (default 60); the whole run gets 6x that at most
-  --checks LIST       comma-separated subset of ${ALL_CHECKS.join(',')} (default: all)
-  --max-tokens N      max_tokens for generations (default 8)`;
+  --checks LIST       comma-separated subset of ${ALL_CHECKS.join(',')}
+                      (default: ${DEFAULT_CHECKS.join(',')})
+  --max-tokens N      max_tokens for generations (default 8)
+  --origin URL        the Origin of the preflight check (a [server] cors_origins entry)`;
 
 function usageError(message) {
   process.stderr.write(`openai_client: ${message}\n${USAGE}\n`);
@@ -49,8 +58,9 @@ function parseArgs(argv) {
     nodeModules: process.env.TANDEM_NODE_MODULES ||
       (process.env.NODE_PATH ? process.env.NODE_PATH.split(path.delimiter)[0] : undefined),
     timeoutS: 60,
-    checks: ALL_CHECKS,
+    checks: DEFAULT_CHECKS,
     maxTokens: 8,
+    origin: 'https://chat.example.org',
   };
   const takes = {
     '--base-url': (v) => { opts.baseUrl = v; },
@@ -67,6 +77,7 @@ function parseArgs(argv) {
         if (!ALL_CHECKS.includes(c)) usageError(`--checks: unknown check '${c}'`);
       }
     },
+    '--origin': (v) => { opts.origin = v; },
     '--max-tokens': (v) => {
       opts.maxTokens = Number(v);
       if (!Number.isInteger(opts.maxTokens) || opts.maxTokens < 1) {
@@ -311,8 +322,144 @@ async function checkModels(ctx) {
   return { ids };
 }
 
+async function checkRetrieve(ctx) {
+  const { client, opts, OpenAI } = ctx;
+  const m = await client.models.retrieve(opts.model, ctx.requestOptions());
+  expect(m.id === opts.model && m.object === 'model', `models.retrieve(${show(opts.model)}) gave ${show(m)}`);
+  try {
+    await client.models.retrieve(`${opts.model}-nope`, ctx.requestOptions());
+  } catch (e) {
+    expect(e instanceof OpenAI.NotFoundError, `another model id got ${describeError(e, opts.timeoutS)}, not NotFoundError`);
+    return { id: m.id, other: e.status };
+  }
+  throw new CheckFailure('models.retrieve of an unknown id succeeded');
+}
+
+async function checkLogprobs(ctx) {
+  const { client, opts } = ctx;
+  const r = await client.chat.completions.create({
+    model: opts.model, messages: MESSAGES, max_tokens: opts.maxTokens, temperature: 0, logprobs: true, top_logprobs: 2,
+  }, ctx.requestOptions());
+  const content = r.choices[0].logprobs?.content;
+  expect(Array.isArray(content), `choices[0].logprobs.content is not an array: ${show(r.choices[0].logprobs)}`);
+  expect(content.length > 0 && content.length <= r.usage.completion_tokens,
+    `${content.length} logprobs for ${r.usage.completion_tokens} tokens`);
+  for (const t of content) {
+    expect(typeof t.token === 'string' && Array.isArray(t.bytes), `a logprob entry without token/bytes: ${show(t)}`);
+    expect(typeof t.logprob === 'number' && t.logprob <= 0, `logprob ${show(t.logprob)} is not <= 0`);
+    expect(t.top_logprobs.length === 2, `top_logprobs has ${t.top_logprobs.length} entries, not 2`);
+    expect(t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob, `top_logprobs not most likely first: ${show(t.top_logprobs)}`);
+    expect(t.logprob <= t.top_logprobs[0].logprob + 1e-4, `the token is likelier than the most likely: ${show(t)}`);
+  }
+  return { tokens: content.length };
+}
+
+function checkResponse(r, where) {
+  expect(isNonEmptyString(r.id) && r.id.startsWith('resp_'), `${where}: id ${show(r.id)}`);
+  expect(r.object === 'response', `${where}: object ${show(r.object)}`);
+  expect(['completed', 'incomplete'].includes(r.status), `${where}: status ${show(r.status)}`);
+  expect(Array.isArray(r.output) && r.output.length > 0, `${where}: no output items`);
+  const u = r.usage;
+  expect(u && u.input_tokens > 0 && isCount(u.output_tokens) && u.total_tokens === u.input_tokens + u.output_tokens,
+    `${where}: usage ${show(u)}`);
+  expect(typeof r.output_text === 'string', `${where}: output_text ${show(r.output_text)}`);
+}
+
+async function checkResponses(ctx) {
+  const { client, opts } = ctx;
+  const r = await client.responses.create({
+    model: opts.model, instructions: 'Be terse.', input: [{ role: 'developer', content: 'No markdown.' },
+      { role: 'user', content: [{ type: 'input_text', text: 'Say hello.' }] }],
+    max_output_tokens: opts.maxTokens, temperature: 0, store: false, reasoning: { summary: 'auto' },
+    include: ['reasoning.encrypted_content'], prompt_cache_key: 'tandem-test',
+  }, ctx.requestOptions());
+  checkResponse(r, 'response');
+  const message = r.output.find((i) => i.type === 'message');
+  expect(message && message.content[0].type === 'output_text', `no message item with output_text: ${show(r.output)}`);
+  return { status: r.status, output_text: r.output_text, usage: r.usage };
+}
+
+async function checkResponsesStream(ctx) {
+  const { client, opts } = ctx;
+  const types = [];
+  let deltas = '';
+  const stream = client.responses.stream({ model: opts.model, input: 'Say hello.', max_output_tokens: opts.maxTokens, temperature: 0 },
+    ctx.requestOptions());
+  for await (const e of stream) {
+    types.push(e.type);
+    if (e.type === 'response.output_text.delta') deltas += e.delta;
+  }
+  const r = await stream.finalResponse();
+  checkResponse(r, 'final response');
+  expect(types[0] === 'response.created', `first event ${show(types[0])}`);
+  expect(['response.completed', 'response.incomplete'].includes(types.at(-1)), `last event ${show(types.at(-1))}`);
+  for (const t of ['response.output_item.added', 'response.content_part.added', 'response.output_text.delta',
+    'response.output_text.done', 'response.output_item.done']) {
+    expect(types.includes(t), `no ${t} in ${show(types)}`);
+  }
+  expect(deltas === r.output_text, `deltas ${show(deltas)} are not output_text ${show(r.output_text)}`);
+  return { events: types.length, status: r.status };
+}
+
+async function checkResponsesTool(ctx) {
+  const { client, opts } = ctx;
+  const tools = [{ type: 'function', name: 'get_weather', description: 'The weather in a city', strict: false,
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } },
+  { type: 'web_search' }];
+  const r = await client.responses.create({
+    model: opts.model, input: [
+      { role: 'user', content: 'Weather in Paris?' },
+      { type: 'function_call', call_id: 'call_1', name: 'get_weather', arguments: '{"city":"Paris"}' },
+      { type: 'function_call_output', call_id: 'call_1', output: 'Sunny' }],
+    tools, tool_choice: 'auto', parallel_tool_calls: false, max_output_tokens: opts.maxTokens, temperature: 0,
+  }, ctx.requestOptions());
+  checkResponse(r, 'response');
+  for (const item of r.output.filter((i) => i.type === 'function_call')) {
+    expect(isNonEmptyString(item.call_id) && item.name === 'get_weather', `a function_call item ${show(item)}`);
+  }
+  return { status: r.status, items: r.output.map((i) => i.type) };
+}
+
+async function checkResponsesJson(ctx) {
+  const { client, opts } = ctx;
+  const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false };
+  const r = await client.responses.create({
+    model: opts.model, input: 'Answer in JSON.', max_output_tokens: 64, temperature: 0,
+    text: { format: { type: 'json_schema', name: 'answer', schema, strict: true } },
+  }, ctx.requestOptions());
+  checkResponse(r, 'response');
+  expect(r.status === 'completed', `the JSON answer did not finish in 64 tokens: ${show(r.output_text)}`);
+  let parsed;
+  try {
+    parsed = JSON.parse(r.output_text);
+  } catch (e) {
+    throw new CheckFailure(`output_text is not JSON: ${show(r.output_text)}`);
+  }
+  expect(typeof parsed.ok === 'boolean' && Object.keys(parsed).length === 1, `the JSON does not fit the schema: ${show(parsed)}`);
+  return { output_text: r.output_text };
+}
+
+// What a browser does before a cross-origin POST with a key: fetch gives every header back, so
+// the allow headers are checked by hand.
+async function checkPreflight(ctx) {
+  const { opts } = ctx;
+  const url = `${opts.baseUrl.replace(/\/$/, '')}/chat/completions`;
+  const r = await fetch(url, { method: 'OPTIONS', signal: AbortSignal.timeout(opts.timeoutS * 1000), headers: {
+    Origin: opts.origin, 'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'authorization, content-type' } });
+  expect(r.status === 204 || r.status === 200, `the preflight got ${r.status}`);
+  expect(r.headers.get('access-control-allow-origin') === opts.origin,
+    `Access-Control-Allow-Origin is ${show(r.headers.get('access-control-allow-origin'))}, not ${opts.origin}`);
+  const allowed = (r.headers.get('access-control-allow-headers') ?? '').toLowerCase();
+  for (const h of ['authorization', 'content-type', 'x-api-key']) expect(allowed.includes(h), `${h} not in ${show(allowed)}`);
+  const other = await fetch(url, { method: 'OPTIONS', headers: { Origin: 'https://not-allowed.example', 'Access-Control-Request-Method': 'POST' } });
+  expect(other.headers.get('access-control-allow-origin') === null, 'another origin was allowed');
+  return { status: r.status };
+}
+
 const CHECKS = {
   chat: checkChat, stream: checkStream, completion: checkCompletion, auth: checkAuth, models: checkModels,
+  retrieve: checkRetrieve, logprobs: checkLogprobs, responses: checkResponses, responses_stream: checkResponsesStream,
+  responses_tool: checkResponsesTool, responses_json: checkResponsesJson, preflight: checkPreflight,
 };
 
 function describeError(e, timeoutS) {
