@@ -2,8 +2,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cluster/devices.h"
 #include "common/units.h"
-#include "worker/devices.h"
 
 namespace tandem::cli {
 
@@ -14,7 +14,7 @@ void register_devices(CLI::App& app) {
   static bool json = false;
   cmd->add_flag("--json", json, "Print JSON instead of a table");
   cmd->callback([] {
-    const auto devices = worker::local_devices();
+    const auto devices = cluster::local_devices();
     if (json) {
       nlohmann::json out = nlohmann::json::array();
       for (const auto& d : devices) {

@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "common/strings.h"
+#include "datapath/switches.h"
 #include "engine/generate.h"
 #include "engine/llama_log.h"
 #include "engine/local_casts.h"
@@ -34,20 +35,19 @@ struct EngineFlags {
   std::string rpc, split;
   std::vector<std::string> worker_caches, tandem_workers;
   std::string rpc_in_process;
-  bool json = false, no_repack = false, no_cuda_graphs = false, output_last = false, workers_first = false,
-       sync_rpc_writes = false, no_input_reuse = false, sync_local_inputs = false,
-       no_worker_input_slots = false, no_local_input_slots = false, no_pipeline = false,
-       no_overlap = false, no_input_runs = false, no_worker_embedding = false;
+  bool json = false, no_cuda_graphs = false, output_last = false, workers_first = false;
+  std::vector<std::string> switches_off;  // flags of kDataPathSwitches given
   int verbose = 0;
 };
 
 engine::Placement placement(const EngineFlags& f) {
   engine::Placement p = f.one_shot.placement;
   p.rpc_servers = split_commas(f.rpc);
-  p.cpu_weight_repack = !f.no_repack;
+  auto switches = apply_switch_flags(f.switches_off);
+  if (!switches.is_ok()) fail(switches.status().message(), 2);
+  static_cast<DataPathSwitches&>(p) = switches.value();
   p.output_on_head = !f.output_last;
   p.workers_first = f.workers_first;
-  p.async_rpc_writes = !f.sync_rpc_writes;
   for (const std::string& w : f.worker_caches) {
     const size_t eq = w.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == w.size()) fail("--worker-cache: expected HOST:PORT=FILE, got '" + w + "'", 2);
@@ -60,13 +60,6 @@ engine::Placement placement(const EngineFlags& f) {
     }
     p.tandem_workers.insert(w);
   }
-  p.reuse_inputs = !f.no_input_reuse;
-  p.input_runs = !f.no_input_runs;
-  p.embedding_on_worker = !f.no_worker_embedding;
-  p.queue_local_inputs = !f.sync_local_inputs;
-  p.worker_input_slots = !f.no_worker_input_slots;
-  p.local_input_slots = !f.no_local_input_slots;
-  p.pipeline = !f.no_pipeline;
   for (const std::string& n : split_commas(f.split)) {
     try {
       p.device_layers.push_back(std::stoi(n));
@@ -136,6 +129,7 @@ void run_server(EngineFlags& f) {
   c.load.placement = placement(f);
   c.scheduler.threads = f.one_shot.threads;
   c.cuda_graphs = !f.no_cuda_graphs;
+  c.scheduler.warm_up = c.load.placement.warm_up;
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
   std::signal(SIGPIPE, SIG_IGN);
@@ -174,49 +168,20 @@ void register_engine(CLI::App& app) {
                   "(\"HASH BYTES\" lines; `tandem serve` writes it); load them from there (repeatable)");
   cmd->add_flag("--output-with-last-device", f.output_last,
                "Put the output head with the last device as llama.cpp does (default with local GPUs and RPC servers: on the last local GPU)");
-  cmd->add_flag("--no-cpu-repack", f.no_repack, "Keep CPU weights in file layout (bit-identical to a CPU split through RPC servers)");
   cmd->add_option("--tandem-worker", f.tandem_workers,
                   "HOST:PORT (repeatable): this --rpc endpoint reaches a tandem worker of this build (through `tandem link "
                   "forward`), so a step's inputs that repeat across layers cross the link once; never a stock ggml RPC server "
                   "(implied by --worker-cache)");
-  cmd->add_flag("--no-input-reuse", f.no_input_reuse,
-                "Send every repeated input to --tandem-worker endpoints whole, as to a stock server (for measuring the difference)");
-  cmd->add_flag("--no-input-runs", f.no_input_runs,
-                "Send a step's inputs to tandem workers whole even when they are mostly runs of one value (default: as runs, "
-                "a prompt chunk's masks a few KiB instead of MiB; for measuring the difference)");
-  cmd->add_flag("--no-worker-embedding", f.no_worker_embedding,
-                "Keep the token embedding on the head, which then sends the device of layer 0 each batch's embedding rows "
-                "(default: when that device is a worker's, the table moves there after the load and the worker gathers the "
-                "rows from the token ids, 4 instead of 4 x n_embd bytes per token; for measuring the difference)");
-  cmd->add_flag("--no-local-casts", [](int64_t) { engine::set_local_casts(false); },
-                "Read a worker's f32 cast of a step input over the link (default: the head makes it from its own copy of the "
-                "input, e.g. MiniMax-M3's f32 attention mask, up to 8 MB a prompt chunk at 4096 positions; for measuring the "
-                "difference)");
   cmd->add_option("--rpc-in-process", f.rpc_in_process,
                   "--prompt: start ggml's RPC server inside this process on HOST:PORT, serving the local GPUs (name it in "
                   "--rpc too): a split with both halves in one process and one CUDA context, for measurement");
-  cmd->add_flag("--sync-rpc-writes", f.sync_rpc_writes,
-                "Write each step's inputs to RPC servers one at a time, waiting on each, as ggml's client does "
-                "(default: queued without waiting; this is for measuring the difference)");
-  cmd->add_flag("--no-worker-input-slots", f.no_worker_input_slots,
-                "RPC servers get a copy of each step's input per layer that reads it, as ggml's scheduler makes them (default: "
-                "one copy per step in a buffer of up to 64 MiB the head keeps on each server; off with --sync-rpc-writes too; "
-                "for measuring the difference)");
-  cmd->add_flag("--no-local-input-slots", f.no_local_input_slots,
-                "This machine's GPUs get a copy of each step's input per layer that reads it (default: one copy per step "
-                "in a buffer of up to 64 MiB per GPU; off with --sync-local-inputs too; for measuring the difference)");
-  cmd->add_flag("--sync-local-inputs", f.sync_local_inputs,
-                "Copy each step's inputs into this machine's GPUs one at a time, waiting on each, as ggml's scheduler does "
-                "(default: queued, an input repeated across layers copied from host memory once; for measuring the difference)");
-  cmd->add_flag("--no-pipeline", f.no_pipeline,
-                "Keep libllama's pipeline parallelism off (default: on where it applies, a batch's micro-batches overlapping "
-                "across devices; for measuring the difference)");
-  cmd->add_flag("--no-overlap", f.no_overlap,
-                "Wait for every device at the end of each micro-batch, so that no two micro-batches' device work overlaps "
-                "(for measuring what the overlap gains or costs)");
-  cmd->add_flag("--no-warm-up", [](int64_t) { f.serve.scheduler.warm_up = false; },
-                "--socket: take the first request without a warm-up (default: a throwaway prompt step and decode step "
-                "before ready, so that the first request does not pay the devices' start-up)");
+  // The data path's switches, from their table (datapath/switches.h).
+  for (const DataPathSwitch& sw : kDataPathSwitches) {
+    std::string help = std::string("On by default: ") + sw.mechanism + ". Off: " + sw.measures;
+    if (sw.needs != nullptr) help += std::string(". Also off with ") + sw.needs;
+    const std::string flag = sw.flag;
+    cmd->add_flag(flag, [flag](int64_t) { f.switches_off.push_back(flag); }, help);
+  }
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine (GGML_CUDA_DISABLE_GRAPHS=1)");
   cmd->add_flag("--json", f.json, "--prompt: print the result as JSON (text, tokens, timings)");
   cmd->add_flag("-v,--verbose", f.verbose, "Show libllama's log (-v warnings, -vv everything)");
@@ -225,7 +190,6 @@ void register_engine(CLI::App& app) {
     engine::set_llama_verbosity(f.verbose);
     if (socket->count() == 0 && prompt->count() == 0) fail("engine: give --socket PATH to serve or --prompt TEXT to generate once", 2);
     f.serve.scheduler.context = f.one_shot.n_ctx;
-    engine::set_serial_runs(f.no_overlap);
     if (socket->count() > 0) return run_server(f);
     run_one_shot(f);
     if (!f.rpc_in_process.empty()) {

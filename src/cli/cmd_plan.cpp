@@ -2,9 +2,9 @@
 
 #include "cli/commands.h"
 #include "cli/config_flags.h"
+#include "cluster/live_nodes.h"
 #include "common/units.h"
 #include "config/config.h"
-#include "gateway/cluster_nodes.h"
 #include "plan/model_info.h"
 #include "plan/plan_config.h"
 #include "plan/plan_report.h"
@@ -35,7 +35,7 @@ std::vector<plan::NodeSpec> resolve_nodes(const PlanFlags& f, const Config& c) {
     return nodes;
   }
   if (f.config.empty()) fail("no nodes: give --node NAME=MEM[@BW] (the head first) or -c tandem.toml", 2);
-  auto listed = f.declared ? plan::declared_nodes(c) : gateway::live_nodes(c);
+  auto listed = f.declared ? plan::declared_nodes(c) : cluster::live_nodes(c);
   if (!listed.is_ok()) {
     std::string msg = listed.status().message();
     if (!f.declared) msg += " (to plan from the memory the file declares, without asking: --declared)";

@@ -23,6 +23,7 @@
 namespace tandem {
 
 // ggml's threshold: tensors strictly larger than this are looked up by hash.
+// pinned llama.cpp: value ggml/src/ggml-rpc/ggml-rpc.cpp HASH_THRESHOLD
 constexpr uint64_t kHashThreshold = 10ull * 1024 * 1024;
 // tandem's: weights strictly larger than this are seeded (`tandem worker seed`) and loaded by
 // marker when the worker lists them. Lower than ggml's because MiniMax-M3's shared-expert
@@ -32,6 +33,8 @@ constexpr uint64_t kHashThreshold = 10ull * 1024 * 1024;
 constexpr uint64_t kSeedThreshold = 1ull * 1024 * 1024;
 
 // FNV-1a, 64 bit, as ggml's RPC computes it. `seed` chains calls over consecutive chunks.
+// pinned llama.cpp: text ggml/src/ggml-rpc/ggml-rpc.cpp static uint64_t fnv_hash(const uint8_t * data, size_t len, uint64_t hash = 0xcbf29ce484222325ULL) {
+// pinned llama.cpp: text ggml/src/ggml-rpc/ggml-rpc.cpp const uint64_t fnv_prime = 0x100000001b3ULL; for (size_t i = 0; i < len; ++i) { hash ^= data[i]; hash *= fnv_prime;
 uint64_t fnv1a(const void* data, size_t n, uint64_t seed = 0xcbf29ce484222325ULL);
 std::string hash_name(uint64_t hash);  // 16 lowercase hex digits, the cache file's name
 std::optional<uint64_t> parse_hash_name(const std::string& name);  // inverse; nullopt if not one

@@ -63,7 +63,7 @@ struct ModelConfig {
   std::vector<LayerShare> layers;         // a hand-made split, one share per node; empty = the planner's
   int threads = 0;                        // the engine's CPU threads; 0 = one per physical core
   bool cuda_graphs = true;
-  std::vector<std::string> engine_flags;  // tandem-engine switches serve passes on (serve.h kEngineFlags)
+  std::vector<std::string> engine_flags;  // tandem-engine switches serve passes on (datapath/switches.h)
 };
 
 struct ServerConfig {

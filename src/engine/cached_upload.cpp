@@ -17,7 +17,7 @@
 
 #include "common/cached_tensor.h"
 #include "common/log.h"
-#include "common/tensor_set_hook.h"
+#include "datapath/interpose.h"
 #include "engine/hash_memo.h"
 #include "engine/model_loader.h"
 #include "ggml-backend.h"

@@ -2,7 +2,7 @@
 //
 // ggml's RPC client hashes every weight above 10 MiB in the loading thread before asking the
 // server for it (~1 GB/s: most of a seeded load's time). While a load runs with `start`ed
-// uploads, tandem-engine hooks `ggml_backend_tensor_set` (common/tensor_set_hook.h; the call
+// uploads, tandem-engine hooks `ggml_backend_tensor_set` (datapath/interpose.h; the call
 // libllama makes to place a weight in an RPC buffer): the weights bound for RPC servers are
 // hashed ahead, in parallel, from the model file, and each one whose hash the server's worker
 // listed in its cache is sent as a 32-byte marker (common/cached_tensor.h) that the worker loads

@@ -6,6 +6,11 @@
 
 namespace tandem::engine {
 
+// ggml's RPC devices belong to one registry named "RPC"; their buffer types are named
+// "RPC<device>[<endpoint>]".
+// pinned llama.cpp: text ggml/src/ggml-rpc/ggml-rpc.cpp return ctx ? ctx->name.c_str() : "RPC";
+// pinned llama.cpp: text ggml/src/ggml-rpc/ggml-rpc.cpp /* .reg = */ ggml_backend_rpc_reg(),
+// pinned llama.cpp: text ggml/src/ggml-rpc/ggml-rpc.cpp std::string buft_name = "RPC" + std::to_string(device) + "[" + std::string(endpoint) + "]";
 bool is_rpc_device(ggml_backend_dev_t dev) {
   ggml_backend_reg_t reg = dev != nullptr ? ggml_backend_dev_backend_reg(dev) : nullptr;
   return reg != nullptr && std::strcmp(ggml_backend_reg_name(reg), "RPC") == 0;

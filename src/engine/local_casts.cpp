@@ -54,6 +54,7 @@ bool make_worker_result_here(const ggml_tensor* src, uint64_t epoch, ggml_tensor
   if (epoch == 0 || epoch != t_epoch || t_inputs.empty() || !g_on.load(std::memory_order_relaxed)) return false;
   const ggml_tensor* cast = src->view_src != nullptr ? src->view_src : src;
   // ggml_cast: a CPY whose second source is itself.
+  // pinned llama.cpp: text ggml/src/ggml.c result->op = GGML_OP_CPY; result->src[0] = a; result->src[1] = result;
   if (cast->op != GGML_OP_CPY || cast->src[1] != cast || cast->type != GGML_TYPE_F32 || cast->src[0] == nullptr ||
       !ggml_is_contiguous(cast) || cast->data == nullptr || src->data == nullptr) {
     return false;

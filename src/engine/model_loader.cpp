@@ -21,6 +21,8 @@
 #include "engine/cached_upload.h"
 #include "engine/hash_memo.h"
 #include "engine/llama_log.h"
+#include "engine/local_casts.h"
+#include "engine/sched_hooks.h"
 #include "engine/worker_embedding.h"
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
@@ -144,6 +146,11 @@ Result<std::vector<std::string>> offload_devices(const Placement& placement) {
 
 Result<ModelPtr> load_model(const LoadOptions& o) {
   llama_backend_init();
+  // Before anything reaches ggml: a split whose data path ggml bypasses would compute on inputs
+  // never written, so the engine refuses to load at all.
+  if (Status s = install_scheduler_hooks(); !s.is_ok()) return s;
+  set_local_casts(o.placement.local_casts);
+  set_serial_runs(!o.placement.overlap);
   take_last_llama_error();
   auto info = plan::read_model_info(o.model);
   if (!info.is_ok()) return info.status();
@@ -194,6 +201,8 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   }
   // libllama has no switch for it, but keeps pipeline parallelism off under any tensor override:
   // one that matches no tensor changes nothing else.
+  // pinned llama.cpp: text src/llama-context.cpp cparams.offload_kqv && !model.has_tensor_overrides();
+  // pinned llama.cpp: text src/llama-model.cpp pimpl->has_tensor_overrides = params.tensor_buft_overrides && params.tensor_buft_overrides[0].pattern;
   if (!p.pipeline) overrides.push_back({"^tandem\\.no-pipeline$", ggml_backend_cpu_buffer_type()});
   if (!overrides.empty()) {
     overrides.push_back({nullptr, nullptr});

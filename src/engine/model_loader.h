@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "datapath/switches.h"
 #include "engine/ggml_devices.h"
 
 struct llama_model;
@@ -18,17 +19,17 @@ namespace tandem::engine {
 
 // Where the layers go. Offload devices are the local GPUs (when `use_local_gpus`) followed by the
 // devices of each RPC server, in the order given, or the other way round (`workers_first`).
-struct Placement {
+// Where the layers go, and the data path's switches (datapath/switches.h: each on by default).
+struct Placement : DataPathSwitches {
   std::vector<std::string> rpc_servers;  // "host:port" of ggml RPC servers (or tandem forwarders)
   bool use_local_gpus = true;
   int cpu_layers = 0;                    // the first layers stay on the host CPU
   // Layers per offload device; the output head goes with the last device. Empty: llama.cpp's
   // default (proportional to free memory). Otherwise must cover every layer not on the CPU.
   std::vector<int> device_layers;
-  // Lets the CPU backend repack weights into its faster interleaved layouts. ggml's RPC server
-  // never repacks, and repacked kernels round differently, so a one-process run that must give
-  // bit-identical tokens to a CPU split (the tests' oracle) turns this off.
-  bool cpu_weight_repack = true;
+  // cpu_weight_repack: ggml's RPC server never repacks, and repacked kernels round differently, so
+  // a one-process run that must give bit-identical tokens to a CPU split (the tests' oracle) turns
+  // it off.
   // With local GPUs and RPC servers: the output head goes on the last local GPU rather than with
   // the last device, so that logits never cross the link.
   bool output_on_head = true;
@@ -42,38 +43,14 @@ struct Placement {
   // those are loaded from the worker's cache without hashing on the load's path. Only for
   // endpoints that reach a tandem worker, and only with an explicit `device_layers`.
   std::map<std::string, std::string> cache_listings;
-  // Writes into the RPC servers' compute buffers (each step's inputs) go without waiting on each
-  // one (engine/rpc_writes.h). Off only to measure what that saves.
-  bool async_rpc_writes = true;
   // RPC endpoints that reach a tandem worker of this build (through a link forwarder): a step's
   // inputs that repeat across layers cross the link once (common/input_reuse.h). Never a stock
   // RPC server, which would store the markers as data. Needs `async_rpc_writes`.
   std::set<std::string> tandem_workers;
-  bool reuse_inputs = true;  // off only to measure what input reuse saves
-  // Step inputs to those workers that are mostly runs of one value (a prompt chunk's masks) go as
-  // runs (common/word_runs.h). Off only to measure what that saves.
-  bool input_runs = true;
-  // The scheduler's copies of each step's inputs into this machine's GPUs are queued, each
-  // distinct input copied from host memory once per split (engine/local_inputs.h). Off only to
-  // measure what that saves.
-  bool queue_local_inputs = true;
-  // The RPC servers read a step's inputs from one copy per step in a buffer of the head's on them
-  // (input_slot_bytes each), not from a copy per layer (engine/rpc_writes.h, redirect_rpc_input).
-  // Needs `async_rpc_writes`. Off only to measure what the slots save.
-  bool worker_input_slots = true;
-  // The same on this machine's GPUs (engine/local_inputs.h). Needs `queue_local_inputs`.
-  bool local_input_slots = true;
   // The slots' size on each device instead of the planner's (input_slot_bytes): for tests of the
   // inputs that do not fit. 0: the planner's.
   uint64_t input_slot_bytes = 0;
-  // libllama's pipeline parallelism (a batch's micro-batches overlapping across devices) where it
-  // would turn it on. Off only to measure what the overlap gains or costs (e.g. two processes
-  // taking turns on one GPU).
-  bool pipeline = true;
-  // When layer 0 runs on a worker (by an explicit `device_layers`), the token embedding moves there
-  // after the load and the worker gathers each batch's rows (engine/worker_embedding.h). Off to
-  // measure what that saves, or when the worker has no room for it (the planner says so).
-  bool embedding_on_worker = true;
+  // embedding_on_worker applies when layer 0 runs on a worker by an explicit `device_layers`.
 };
 
 // The endpoints to which a step's repeated inputs go as markers under `p`.

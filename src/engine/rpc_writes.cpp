@@ -15,8 +15,8 @@
 
 #include "common/device_stream.h"
 #include "common/input_reuse.h"
-#include "common/tensor_set_hook.h"
 #include "common/word_runs.h"
+#include "datapath/interpose.h"
 #include "engine/ggml_devices.h"
 #include "engine/sched_hooks.h"
 #include "ggml-backend.h"

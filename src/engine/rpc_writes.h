@@ -6,7 +6,7 @@
 // client makes each such `ggml_backend_tensor_set` wait until its dispatcher thread has written
 // it to the socket, two thread hand-offs per write; its asynchronous path queues the same bytes
 // on the same connection, in the same order, and returns. While an `AsyncRpcWrites` lives, the
-// engine's tensor-set interposer (common/tensor_set_hook.h) sends writes into RPC buffers that do
+// engine's tensor-set interposer (datapath/interpose.h) sends writes into RPC buffers that do
 // not hold weights through that asynchronous path. The data is copied when queued, so callers may
 // reuse it at once, and everything later on that connection (the graph, reading results) still
 // comes after it. To a tandem worker, a step's inputs that repeat (the same bytes once per layer)

@@ -1,14 +1,14 @@
 #include "engine/sched_hooks.h"
 
-#include <dlfcn.h>
-
 #include <atomic>
 
 #include "common/step_trace.h"
+#include "datapath/interpose.h"
+#include "datapath/self_check.h"
+#include "engine/ggml_devices.h"
 #include "engine/local_casts.h"
 #include "engine/local_inputs.h"
 #include "engine/rpc_writes.h"
-#include "engine/ggml_devices.h"
 #include "ggml-backend.h"
 
 namespace tandem::engine {
@@ -67,14 +67,11 @@ SplitProfile operator-(const SplitProfile& a, const SplitProfile& b) {
 
 }  // namespace tandem::engine
 
-// Each resolves ggml's own function once.
-extern "C" {
+namespace tandem::engine {
+namespace {
 
 // Each split's launch: the split's device first waits for the inputs queued for it.
-enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
-  using Fn = enum ggml_status (*)(ggml_backend_t, ggml_cgraph*);
-  static Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_graph_compute_async"));
-  using namespace tandem::engine;
+enum ggml_status on_launch(ggml_backend_t backend, ggml_cgraph* cgraph, LaunchFn fn) {
   // Only the scheduler's own launches: not an RPC server's inside this process (or the worker's).
   if (!t_in_run) return fn(backend, cgraph);
   local_inputs_before_launch(backend);
@@ -88,10 +85,7 @@ enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct
   return st;
 }
 
-void ggml_backend_synchronize(ggml_backend_t backend) {
-  using Fn = void (*)(ggml_backend_t);
-  static Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_synchronize"));
-  using namespace tandem::engine;
+void on_synchronize(ggml_backend_t backend, SynchronizeFn fn) {
   if (!t_in_run) return fn(backend);
   const uint64_t t0 = now_ns();
   fn(backend);
@@ -100,10 +94,7 @@ void ggml_backend_synchronize(ggml_backend_t backend) {
   tandem::step_trace("sync", t0, t1);
 }
 
-enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, struct ggml_cgraph* graph) {
-  using Fn = enum ggml_status (*)(ggml_backend_sched_t, ggml_cgraph*);
-  static Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_sched_graph_compute_async"));
-  using namespace tandem::engine;
+enum ggml_status on_run(ggml_backend_sched_t sched, ggml_cgraph* graph, SchedComputeFn fn) {
   g_epoch.fetch_add(1, std::memory_order_acq_rel);
   local_inputs_new_run();
   const uint64_t t0 = now_ns();
@@ -118,10 +109,7 @@ enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sch
   return st;
 }
 
-void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor* dst) {
-  using Fn = void (*)(const ggml_tensor*, ggml_tensor*);
-  static Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "ggml_backend_tensor_copy"));
-  using namespace tandem::engine;
+void on_copy(const ggml_tensor* src, ggml_tensor* dst, TensorCopyFn fn) {
   const bool src_host = src->buffer != nullptr && ggml_backend_buffer_is_host(src->buffer);
   std::atomic<uint64_t>* bucket = in_rpc_buffer(dst) ? &g_to_workers_ns : in_rpc_buffer(src) ? &g_from_workers_ns : &g_to_local_ns;
   const uint64_t epoch = g_epoch.load(std::memory_order_acquire);
@@ -161,4 +149,15 @@ void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor*
   }
 }
 
-}  // extern "C"
+constexpr SchedulerHooks kHooks{&on_run, &on_launch, &on_synchronize, &on_copy};
+
+}  // namespace
+
+Status install_scheduler_hooks() {
+  static const Status checked = check_interposition();
+  if (!checked.is_ok()) return checked;
+  set_scheduler_hooks(&kHooks);
+  return Status::ok();
+}
+
+}  // namespace tandem::engine

@@ -1,7 +1,6 @@
-// tandem-engine's view of ggml's scheduler at work, from interposers of ggml's functions (as
-// common/tensor_set_hook.h does for ggml_backend_tensor_set: the executable's definitions come
-// first): `ggml_backend_sched_graph_compute_async`, which libllama calls once per ubatch;
-// `ggml_backend_tensor_copy`, through which the scheduler moves each split's inputs between
+// tandem-engine's view of ggml's scheduler at work, through the scheduler hooks of
+// datapath/interpose.h: `ggml_backend_sched_graph_compute_async`, which libllama calls once per
+// ubatch; `ggml_backend_tensor_copy`, through which the scheduler moves each split's inputs between
 // devices; and, while a run lasts, `ggml_backend_graph_compute_async` (each split's launch) and
 // `ggml_backend_synchronize`. They tell the input reuse (common/input_reuse.h) what a write is,
 // hand the copies into the head's own GPUs to engine/local_inputs.h, and say where a split's time
@@ -11,8 +10,14 @@
 #include <cstdint>
 
 #include "common/input_reuse.h"
+#include "common/status.h"
 
 namespace tandem::engine {
+
+// Proves that ggml's calls reach tandem's definitions (datapath/self_check.h), once per process,
+// then installs the scheduler hooks. Every engine load calls it; an error (the proof failed) means
+// the engine must not start.
+Status install_scheduler_hooks();
 
 // While the scheduler copies a tensor out of host memory: which tensor, at which address, in which
 // of its runs (nothing rewrites a run's inputs during the run). nullptr otherwise, or before the

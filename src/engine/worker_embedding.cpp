@@ -13,6 +13,7 @@
 #include "llama.h"
 
 // libllama's own list of a model's weights by name (llama-model.h; exported, used by its tools).
+// pinned llama.cpp: text src/llama-model.h const std::vector<std::pair<std::string, ggml_tensor *>> & llama_internal_get_tensor_map(const llama_model * model);
 // No public call names the token embedding's tensor.
 const std::vector<std::pair<std::string, ggml_tensor*>>& llama_internal_get_tensor_map(const llama_model* model);
 

@@ -11,19 +11,19 @@
 #include <ctime>
 #include <thread>
 
+#include "cluster/live_nodes.h"
+#include "common/log.h"
 #include "common/paths.h"
+#include "datapath/switches.h"
 #include "gateway/api_server.h"
-#include "gateway/cluster_nodes.h"
 #include "gateway/keys.h"
 #include "gateway/status_page.h"
 #include "gateway/supervisor.h"
 #include "link/control.h"
-#include "common/log.h"
 #include "plan/model_info.h"
 #include "plan/plan_config.h"
 #include "plan/plan_report.h"
 #include "plan/solver.h"
-#include "worker/devices.h"
 
 namespace tandem::gateway {
 namespace {
@@ -38,15 +38,11 @@ std::string default_model_id(const std::string& path) {
 
 }  // namespace
 
-std::string engine_flags_list() {
-  std::string known;
-  for (const std::string& k : kEngineFlags) known += (known.empty() ? "" : ", ") + k;
-  return known;
-}
+std::string engine_flags_list() { return switch_flags_list(); }
 
 Status check_engine_flags(const std::vector<std::string>& flags) {
   for (const std::string& f : flags) {
-    if (std::find(kEngineFlags.begin(), kEngineFlags.end(), f) != kEngineFlags.end()) continue;
+    if (find_data_path_switch(f) != nullptr) continue;
     return Status::invalid_argument("'" + f + "' is not an engine flag serve passes on to the engine; these are: " +
                                     engine_flags_list() + " ([model] engine_flags, --engine-flag)");
   }
@@ -188,10 +184,10 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   }
   log("API on http://" + c.server.listen + " serving model '" + ao.model_id + "'");
 
-  std::vector<plan::NodeSpec> nodes{head_node(c)};
+  std::vector<plan::NodeSpec> nodes{cluster::head_node(c)};
   startup.set_phase("asking the workers");
   if (!c.workers.empty()) {
-    auto w = query_workers(c, *secret, &stop, [&startup](const std::string& name, const Status& s) { startup.attempt(name, s); });
+    auto w = cluster::query_workers(c, *secret, &stop, [&startup](const std::string& name, const Status& s) { startup.attempt(name, s); });
     // A stop while waiting for a worker is a clean end, not a failure.
     if (!w.is_ok() && stop) return Status::ok();
     if (!w.is_ok()) return w.status();

@@ -18,15 +18,10 @@ struct ServeOptions {
   std::string engine_program;        // "" = tandem-engine beside this program
 };
 
-// The tandem-engine flags serve passes on (each turns off one of the engine's optimisations, to
-// measure what it saves); the others serve sets itself.
-inline const std::vector<std::string> kEngineFlags = {"--no-worker-input-slots", "--no-local-input-slots", "--sync-rpc-writes",
-                                                      "--sync-local-inputs", "--no-input-reuse", "--no-cpu-repack",
-                                                      "--no-pipeline", "--no-overlap", "--no-input-runs", "--no-warm-up",
-                                                      "--no-local-casts", "--no-worker-embedding"};
-// kEngineFlags as "a, b, c".
+// The flags serve passes on to tandem-engine, the data path's switches (datapath/switches.h),
+// as "a, b, c"; the others serve sets itself.
 std::string engine_flags_list();
-// OK when every flag of `flags` is one of kEngineFlags; otherwise names it and lists those.
+// OK when every flag of `flags` is one of the switches; otherwise names it and lists those.
 Status check_engine_flags(const std::vector<std::string>& flags);
 // The engine flags serve starts the engine with under `split`: the user's `flags`, and
 // --no-worker-embedding when the plan found no room for the token embedding on the worker of

@@ -6,10 +6,10 @@
 #include <optional>
 #include <set>
 
+#include "cluster/live_nodes.h"
 #include "common/build_info.h"
 #include "common/cached_tensor.h"
 #include "common/units.h"
-#include "gateway/cluster_nodes.h"
 #include "link/control.h"
 #include "link/probe.h"
 #include "link/protocol.h"
@@ -139,8 +139,8 @@ class Doctor {
 
   std::optional<plan::Plan> check_plan() {
     if (!info_ || c_.workers.empty()) return std::nullopt;
-    std::vector<plan::NodeSpec> nodes{gateway::head_node(c_)};
-    for (const auto& lw : live_) nodes.push_back(gateway::node_from_status(*lw.config, lw.status));
+    std::vector<plan::NodeSpec> nodes{cluster::head_node(c_)};
+    for (const auto& lw : live_) nodes.push_back(cluster::node_from_status(*lw.config, lw.status));
     const bool partial = live_.size() < c_.workers.size();
     auto options = plan::plan_options_from_config(c_);
     if (!options.is_ok()) {

@@ -17,8 +17,8 @@
 
 #include "common/cpu_cores.h"
 #include "common/log.h"
-#include "common/tensor_set_hook.h"
 #include "common/units.h"
+#include "datapath/interpose.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 

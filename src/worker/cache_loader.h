@@ -1,7 +1,7 @@
 // The RPC child's loader of cached weights: when the head sends a 32-byte marker
 // (common/cached_tensor.h) in place of a weight, ggml's RPC server hands it to
-// `ggml_backend_tensor_set` as if it were the weight's data; the child's hook (common/
-// tensor_set_hook.h) recognises it and fills the weight from `<cache>/<hash>` instead.
+// `ggml_backend_tensor_set` as if it were the weight's data; the child's hook (datapath/
+// interpose.h) recognises it and fills the weight from `<cache>/<hash>` instead.
 //
 // Why not ggml's own SET_TENSOR_HASH: its server reads each cache file into a fresh std::vector
 // (zeroed first) and copies it to the device from pageable memory, one weight after another in

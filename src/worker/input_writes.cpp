@@ -1,6 +1,5 @@
 #include "worker/input_writes.h"
 
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <array>
@@ -17,9 +16,10 @@
 #include "common/input_reuse.h"
 #include "common/log.h"
 #include "common/step_trace.h"
-#include "common/tensor_set_hook.h"
 #include "common/units.h"
 #include "common/word_runs.h"
+#include "datapath/interpose.h"
+#include "datapath/self_check.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
@@ -221,15 +221,23 @@ bool queue_write(ggml_tensor* tensor, const void* data, size_t offset, size_t si
   return true;
 }
 
-template <typename Fn>
-Fn real(const char* name) {
-  Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
-  if (fn == nullptr) {
-    std::fprintf(stderr, "tandem: %s not found in ggml's libraries (a build problem)\n", name);
-    std::abort();
-  }
-  return fn;
+// The fence's graph: what was queued lands first, and the graph's time is counted.
+enum ggml_status run_graph(ggml_backend_t backend, ggml_cgraph* cgraph, LaunchFn fn) {
+  const uint64_t t0 = now_ns();
+  flush_input_writes();
+  const uint64_t t_run = now_ns();
+  const enum ggml_status st = fn(backend, cgraph);
+  const uint64_t t1 = now_ns();
+  g_graphs.fetch_add(1, std::memory_order_relaxed);
+  g_graph_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+  step_trace("inputs", t0, t_run);
+  step_trace("graph", t_run, t1);
+  return st;
 }
+
+// ggml's calls that read, run on or release device memory wait for the queued writes first; with
+// nothing queued the wait is one atomic load.
+constexpr DeviceFenceHooks kFence{&flush_input_writes, &run_graph};
 
 }  // namespace
 
@@ -240,12 +248,13 @@ void flush_input_writes() {
 }
 
 Status install_input_writes(bool queue) {
-  if (!tensor_set_interposed()) {
-    return Status::internal("this tandem binary does not interpose ggml_backend_tensor_set, so it cannot take the "
-                            "head's step inputs (a build problem)");
-  }
+  static const Status checked = check_interposition();
+  if (!checked.is_ok()) return checked;
   g_queueing.store(queue);
-  if (!g_installed.exchange(true)) add_tensor_set_hook(&queue_write);
+  if (!g_installed.exchange(true)) {
+    set_device_fence_hooks(&kFence);
+    add_tensor_set_hook(&queue_write);
+  }
   return Status::ok();
 }
 
@@ -273,53 +282,3 @@ StepWork take_step_work() {
 
 }  // namespace tandem::worker
 
-// ggml's calls that read, run on or release device memory wait for the queued writes first.
-// Each resolves ggml's own function once; with nothing queued the wait is one atomic load.
-extern "C" {
-
-enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
-  static auto fn = tandem::worker::real<enum ggml_status (*)(ggml_backend_t, ggml_cgraph*)>("ggml_backend_graph_compute");
-  using namespace tandem::worker;
-  const uint64_t t0 = now_ns();
-  flush_input_writes();
-  const uint64_t t_run = now_ns();
-  const enum ggml_status st = fn(backend, cgraph);
-  const uint64_t t1 = now_ns();
-  g_graphs.fetch_add(1, std::memory_order_relaxed);
-  g_graph_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
-  tandem::step_trace("inputs", t0, t_run);
-  tandem::step_trace("graph", t_run, t1);
-  return st;
-}
-
-void ggml_backend_tensor_get(const struct ggml_tensor* tensor, void* data, size_t offset, size_t size) {
-  static auto fn = tandem::worker::real<void (*)(const ggml_tensor*, void*, size_t, size_t)>("ggml_backend_tensor_get");
-  tandem::worker::flush_input_writes();
-  fn(tensor, data, offset, size);
-}
-
-void ggml_backend_tensor_memset(struct ggml_tensor* tensor, uint8_t value, size_t offset, size_t size) {
-  static auto fn = tandem::worker::real<void (*)(ggml_tensor*, uint8_t, size_t, size_t)>("ggml_backend_tensor_memset");
-  tandem::worker::flush_input_writes();
-  fn(tensor, value, offset, size);
-}
-
-void ggml_backend_buffer_clear(ggml_backend_buffer_t buffer, uint8_t value) {
-  static auto fn = tandem::worker::real<void (*)(ggml_backend_buffer_t, uint8_t)>("ggml_backend_buffer_clear");
-  tandem::worker::flush_input_writes();
-  fn(buffer, value);
-}
-
-void ggml_backend_buffer_free(ggml_backend_buffer_t buffer) {
-  static auto fn = tandem::worker::real<void (*)(ggml_backend_buffer_t)>("ggml_backend_buffer_free");
-  tandem::worker::flush_input_writes();
-  fn(buffer);
-}
-
-bool ggml_backend_buffer_copy_tensor(const struct ggml_tensor* src, struct ggml_tensor* dst) {
-  static auto fn = tandem::worker::real<bool (*)(const ggml_tensor*, ggml_tensor*)>("ggml_backend_buffer_copy_tensor");
-  tandem::worker::flush_input_writes();
-  return fn(src, dst);
-}
-
-}  // extern "C"

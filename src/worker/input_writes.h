@@ -4,7 +4,7 @@
 // MiniMax-M3 with 30 layers here, ~100 writes of a few hundred bytes per token. ggml's RPC server
 // passes each to `ggml_backend_tensor_set`, which for a GPU copies from pageable memory and waits
 // for the device, one write after another. With input writes installed, the child's tensor-set
-// hook (common/tensor_set_hook.h) copies such a write (a buffer that holds no weights, on a GPU,
+// hook (datapath/interpose.h) copies such a write (a buffer that holds no weights, on a GPU,
 // up to 1 MiB) into page-locked memory and queues it on a stream of its own; whatever next reads
 // or runs on the device through ggml (a graph, a read, a copy, a clear, a memset, a free) first
 // waits for the queued writes, so everything the server does still sees them, in order.

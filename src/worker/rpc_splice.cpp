@@ -18,12 +18,18 @@
 namespace tandem::worker {
 namespace {
 
-// ggml-rpc's command numbers (ggml/src/ggml-rpc/ggml-rpc.cpp of the pinned release).
+// ggml-rpc's private command numbers, checked against the pinned source at build time
+// (scripts/check-llama-internals.py).
+// pinned llama.cpp: enum ggml/src/ggml-rpc/ggml-rpc.cpp rpc_cmd RPC_CMD_SET_TENSOR
 constexpr uint8_t kCmdSetTensor = 6;
+// pinned llama.cpp: enum ggml/src/ggml-rpc/ggml-rpc.cpp rpc_cmd RPC_CMD_GRAPH_COMPUTE
 constexpr uint8_t kCmdGraphCompute = 10;
+// pinned llama.cpp: enum ggml/src/ggml-rpc/ggml-rpc.cpp rpc_cmd RPC_CMD_GRAPH_RECOMPUTE
 constexpr uint8_t kCmdGraphRecompute = 16;
 // A SET_TENSOR payload is rpc_tensor | cache_flag (1) | offset (8) | data; a marker's data is
 // kCachedMarkerSize bytes, so any SET_TENSOR this small is read whole and checked.
+// pinned llama.cpp: text ggml/src/ggml-rpc/ggml-rpc.cpp // serialization format: | rpc_tensor | cache_flag (1 byte) | offset (8 bytes) | data (size bytes) |
+// pinned llama.cpp: text ggml/src/ggml-rpc/ggml-rpc.cpp uint8_t cmd_byte = cmd; if (!sock->send_data(&cmd_byte, sizeof(cmd_byte))) { return false; } if (!sock->send_data(&input_size, sizeof(input_size))) {
 constexpr size_t kMarkerTail = 1 + 8 + kCachedMarkerSize;
 constexpr uint64_t kSmallFrame = 4096;
 constexpr size_t kBuffer = 1 << 20;

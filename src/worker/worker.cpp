@@ -9,15 +9,15 @@
 #include <cerrno>
 #include <ctime>
 
+#include "cluster/devices.h"
 #include "common/build_info.h"
 #include "common/log.h"
 #include "common/systemd_notify.h"
 #include "common/units.h"
 #include "link/control.h"
 #include "link/probe.h"
-#include "worker/rpc_splice.h"
 #include "worker/cache.h"
-#include "worker/devices.h"
+#include "worker/rpc_splice.h"
 
 namespace tandem::worker {
 namespace {
@@ -327,7 +327,7 @@ nlohmann::json Worker::cache_listing() const {
 nlohmann::json Worker::status() const {
   nlohmann::json devices = nlohmann::json::array();
   const RpcChildInfo child = child_.info();
-  for (const auto& d : local_devices()) {
+  for (const auto& d : cluster::local_devices()) {
     const auto& chosen = options_.rpc.devices;
     if (!chosen.empty() && std::find(chosen.begin(), chosen.end(), d.name) == chosen.end()) continue;
     devices.push_back({{"name", d.name}, {"description", d.description}, {"type", d.type},

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "datapath/switches.h"
+#include "datapath/switches.h"
 #include "gateway/serve.h"
 #include "support/process.h"
 #include "test_util.h"
@@ -60,7 +62,8 @@ TEST(Cli, EveryFlagServePassesOnIsAnEngineFlagAndInServesHelp) {
   auto engine = run_tandem("engine --help", dir.file(""));
   ASSERT_EQ(serve.exit_code, 0) << serve.err;
   ASSERT_EQ(engine.exit_code, 0) << engine.err;
-  for (const std::string& flag : gateway::kEngineFlags) {
+  for (const DataPathSwitch& sw : kDataPathSwitches) {
+    const std::string flag = sw.flag;
     EXPECT_NE(serve.out.find(flag), std::string::npos) << flag << " is not in serve's help";
     EXPECT_NE(engine.out.find(flag + " "), std::string::npos) << flag << " is not an engine flag";
   }

@@ -84,6 +84,9 @@ class ViewsOfAnInput {
     if (ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
       backends_.push_back(ggml_backend_dev_init(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU), nullptr));
     }
+    // As every engine load does: the proof that ggml reaches the interposers, then the hooks.
+    const Status hooks = install_scheduler_hooks();
+    EXPECT_TRUE(hooks.is_ok()) << hooks.message();
     sched_ = ggml_backend_sched_new(backends_.data(), nullptr, static_cast<int>(backends_.size()), GGML_DEFAULT_GRAPH_SIZE,
                                     false, true);
   }

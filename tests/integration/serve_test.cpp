@@ -301,7 +301,7 @@ TEST(Serve, ABadConfigurationExitsTwoWithAMessage) {
   // Only the engine's switches for measuring: never one that serve sets (a restart loop otherwise).
   r = run_tandem("serve -m " + dir.file("missing.gguf") + " --engine-flag=--socket", dir.file(""));
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("'--socket' is not an engine flag serve passes on to the engine; these are: --no-worker-input-slots"),
+  EXPECT_NE(r.err.find("'--socket' is not an engine flag serve passes on to the engine; these are: --sync-rpc-writes"),
             std::string::npos) << r.err;
   // A header-only model plans but cannot be served: refused at once, not restarted forever.
   ASSERT_EQ(run_tandem("synth --preset m3 --header-only -o " + dir.file("m3.gguf"), dir.file("")).exit_code, 0);

@@ -298,10 +298,11 @@ TEST_F(Split, AMaskOneWorkerMadeCrossesOncePerStepOrIsMadeOnTheHead) {
   ASSERT_TRUE(split) << two.w1.log() << two.w2.log();
   uint64_t from_first[2] = {0, 0};
   for (bool casts : {false, true}) {
-    set_local_casts(casts);
+    GenerateOptions run = *split;
+    run.placement.local_casts = casts;  // --no-local-casts when false
     const uint64_t before = two.f1->stats().bytes_from_worker, made = local_casts();
     const uint64_t relayed = AsyncRpcWrites::relayed_results(), not_read = AsyncRpcWrites::relayed_bytes_not_read();
-    auto through = generate(*split);
+    auto through = generate(run);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << two.w1.log() << two.w2.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (casts ? "made on the head" : "read from the worker");
     from_first[casts] = two.f1->stats().bytes_from_worker - before;
@@ -315,7 +316,6 @@ TEST_F(Split, AMaskOneWorkerMadeCrossesOncePerStepOrIsMadeOnTheHead) {
       EXPECT_GE(AsyncRpcWrites::relayed_bytes_not_read() - not_read, 1u << 20);  // the first chunk's 512 × 512 × 4
     }
   }
-  set_local_casts(true);
   EXPECT_LE(from_first[1] + (1u << 20), from_first[0]) << from_first[1] << " against " << from_first[0];
 }
 

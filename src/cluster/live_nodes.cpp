@@ -1,14 +1,14 @@
-#include "gateway/cluster_nodes.h"
+#include "cluster/live_nodes.h"
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
+#include "cluster/devices.h"
 #include "common/log.h"
 #include "link/control.h"
-#include "worker/devices.h"
 
-namespace tandem::gateway {
+namespace tandem::cluster {
 namespace {
 
 // A declared memory is a cap on what the node reports (never more than the file allows, less when
@@ -65,7 +65,7 @@ plan::NodeSpec node_from_status(const config::WorkerConfig& w, const nlohmann::j
 plan::NodeSpec head_node(const config::Config& c) {
   plan::NodeSpec head;
   head.name = c.cluster.head_name;
-  const auto devices = worker::local_devices();
+  const auto devices = local_devices();
   bool has_gpu = false;
   for (const auto& d : devices) has_gpu |= d.type != "cpu";
   const bool use_cpu = !has_gpu || c.cluster.head_device == "cpu";
@@ -129,4 +129,4 @@ Result<std::vector<plan::NodeSpec>> live_nodes(const config::Config& c) {
   return nodes;
 }
 
-}  // namespace tandem::gateway
+}  // namespace tandem::cluster

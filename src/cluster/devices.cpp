@@ -1,10 +1,10 @@
-#include "worker/devices.h"
+#include "cluster/devices.h"
 
 #include <cstring>
 
 #include "ggml-backend.h"
 
-namespace tandem::worker {
+namespace tandem::cluster {
 
 std::vector<DeviceInfo> local_devices() {
   std::vector<DeviceInfo> out;
@@ -30,4 +30,4 @@ std::vector<DeviceInfo> local_devices() {
   return out;
 }
 
-}  // namespace tandem::worker
+}  // namespace tandem::cluster

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace tandem::worker {
+namespace tandem::cluster {
 
 struct DeviceInfo {
   std::string name;         // ggml's device name, e.g. "CUDA0", "CPU"
@@ -18,4 +18,4 @@ struct DeviceInfo {
 // Every device of every backend compiled in, RPC clients excluded.
 std::vector<DeviceInfo> local_devices();
 
-}  // namespace tandem::worker
+}  // namespace tandem::cluster

@@ -12,7 +12,7 @@
 #include "link/secret.h"
 #include "plan/cluster.h"
 
-namespace tandem::gateway {
+namespace tandem::cluster {
 
 // The head from its own devices (its GPUs, else its CPU); [cluster] head_memory caps their free
 // memory, head_bandwidth sets their bandwidth.
@@ -37,4 +37,4 @@ Result<std::vector<plan::NodeSpec>> query_workers(const config::Config& c, const
 // Errors name the worker that could not be asked.
 Result<std::vector<plan::NodeSpec>> live_nodes(const config::Config& config);
 
-}  // namespace tandem::gateway
+}  // namespace tandem::cluster

@@ -1,0 +1,214 @@
+#include "datapath/interpose.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+// ggml's private header declares this one; its signature is checked against the pinned source at
+// build time (scripts/check-llama-internals.py). The others' come from ggml-backend.h.
+// pinned llama.cpp: text ggml/src/ggml-backend-impl.h GGML_API bool ggml_backend_buffer_copy_tensor(const struct ggml_tensor * src, struct ggml_tensor * dst);
+extern "C" bool ggml_backend_buffer_copy_tensor(const struct ggml_tensor* src, struct ggml_tensor* dst);
+
+namespace tandem {
+namespace {
+
+constexpr int kSlots = 4;
+std::atomic<TensorSetHook> g_set_hooks[kSlots];
+std::mutex g_edit;  // serialises edits; calls read the slots without it
+std::atomic<const SchedulerHooks*> g_sched{nullptr};
+std::atomic<const DeviceFenceHooks*> g_fence{nullptr};
+
+thread_local bool t_canary = false;
+thread_local uint32_t t_seen = 0;
+
+inline void entered(Interposed which) {
+  if (t_canary) t_seen |= 1u << static_cast<uint32_t>(which);
+}
+
+template <typename Fn>
+Fn real(Interposed which) {
+  const char* name = kInterposedNames[static_cast<uint32_t>(which)];
+  Fn fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
+  if (fn == nullptr) {
+    std::fprintf(stderr, "tandem: %s not found in ggml's libraries (a build problem)\n", name);
+    std::abort();
+  }
+  return fn;
+}
+
+inline void fence() {
+  if (const DeviceFenceHooks* f = g_fence.load(std::memory_order_acquire)) f->fence();
+}
+
+}  // namespace
+
+bool add_tensor_set_hook(TensorSetHook hook) {
+  std::lock_guard<std::mutex> lock(g_edit);
+  for (auto& h : g_set_hooks) {
+    if (h.load() == hook) return false;
+  }
+  for (auto& h : g_set_hooks) {
+    if (h.load() == nullptr) {
+      h.store(hook);
+      return true;
+    }
+  }
+  return false;
+}
+
+void remove_tensor_set_hook(TensorSetHook hook) {
+  std::lock_guard<std::mutex> lock(g_edit);
+  for (auto& h : g_set_hooks) {
+    if (h.load() == hook) h.store(nullptr);
+  }
+}
+
+TensorSetFn real_tensor_set() {
+  static TensorSetFn fn = real<TensorSetFn>(Interposed::tensor_set);
+  return fn;
+}
+
+void set_scheduler_hooks(const SchedulerHooks* hooks) { g_sched.store(hooks, std::memory_order_release); }
+void set_device_fence_hooks(const DeviceFenceHooks* hooks) { g_fence.store(hooks, std::memory_order_release); }
+
+bool tensor_set_interposed() {
+  return ::dlsym(RTLD_DEFAULT, "ggml_backend_tensor_set") == interposer_address(Interposed::tensor_set) &&
+         ::dlsym(RTLD_NEXT, "ggml_backend_tensor_set") != nullptr;
+}
+
+void set_interposer_canary(bool on) {
+  t_canary = on;
+  t_seen = 0;
+}
+uint32_t interposer_calls_seen() { return t_seen; }
+
+}  // namespace tandem
+
+// The definitions: each resolves ggml's own function once. Including ggml-backend.h makes the
+// compiler hold each to ggml's declared signature.
+extern "C" {
+
+using tandem::Interposed;
+
+// With no hook it only forwards: four relaxed loads per call.
+void ggml_backend_tensor_set(struct ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
+  tandem::entered(Interposed::tensor_set);
+  for (auto& h : tandem::g_set_hooks) {
+    const tandem::TensorSetHook hook = h.load(std::memory_order_relaxed);
+    if (hook != nullptr && hook(tensor, data, offset, size)) return;
+  }
+  tandem::real_tensor_set()(tensor, data, offset, size);
+}
+
+void ggml_backend_tensor_get(const struct ggml_tensor* tensor, void* data, size_t offset, size_t size) {
+  static auto fn = tandem::real<void (*)(const ggml_tensor*, void*, size_t, size_t)>(Interposed::tensor_get);
+  tandem::entered(Interposed::tensor_get);
+  tandem::fence();
+  fn(tensor, data, offset, size);
+}
+
+void ggml_backend_tensor_memset(struct ggml_tensor* tensor, uint8_t value, size_t offset, size_t size) {
+  static auto fn = tandem::real<void (*)(ggml_tensor*, uint8_t, size_t, size_t)>(Interposed::tensor_memset);
+  tandem::entered(Interposed::tensor_memset);
+  tandem::fence();
+  fn(tensor, value, offset, size);
+}
+
+void ggml_backend_buffer_clear(ggml_backend_buffer_t buffer, uint8_t value) {
+  static auto fn = tandem::real<void (*)(ggml_backend_buffer_t, uint8_t)>(Interposed::buffer_clear);
+  tandem::entered(Interposed::buffer_clear);
+  tandem::fence();
+  fn(buffer, value);
+}
+
+void ggml_backend_buffer_free(ggml_backend_buffer_t buffer) {
+  static auto fn = tandem::real<void (*)(ggml_backend_buffer_t)>(Interposed::buffer_free);
+  tandem::entered(Interposed::buffer_free);
+  tandem::fence();
+  fn(buffer);
+}
+
+bool ggml_backend_buffer_copy_tensor(const struct ggml_tensor* src, struct ggml_tensor* dst) {
+  static auto fn = tandem::real<bool (*)(const ggml_tensor*, ggml_tensor*)>(Interposed::buffer_copy_tensor);
+  tandem::entered(Interposed::buffer_copy_tensor);
+  tandem::fence();
+  return fn(src, dst);
+}
+
+enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
+  static auto fn = tandem::real<tandem::LaunchFn>(Interposed::graph_compute);
+  tandem::entered(Interposed::graph_compute);
+  if (const tandem::DeviceFenceHooks* f = tandem::g_fence.load(std::memory_order_acquire)) return f->graph(backend, cgraph, fn);
+  return fn(backend, cgraph);
+}
+
+enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
+  static auto fn = tandem::real<tandem::LaunchFn>(Interposed::graph_compute_async);
+  tandem::entered(Interposed::graph_compute_async);
+  if (const tandem::SchedulerHooks* h = tandem::g_sched.load(std::memory_order_acquire)) return h->launch(backend, cgraph, fn);
+  return fn(backend, cgraph);
+}
+
+void ggml_backend_synchronize(ggml_backend_t backend) {
+  static auto fn = tandem::real<tandem::SynchronizeFn>(Interposed::synchronize);
+  tandem::entered(Interposed::synchronize);
+  if (const tandem::SchedulerHooks* h = tandem::g_sched.load(std::memory_order_acquire)) return h->synchronize(backend, fn);
+  fn(backend);
+}
+
+enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, struct ggml_cgraph* graph) {
+  static auto fn = tandem::real<tandem::SchedComputeFn>(Interposed::sched_graph_compute_async);
+  tandem::entered(Interposed::sched_graph_compute_async);
+  if (const tandem::SchedulerHooks* h = tandem::g_sched.load(std::memory_order_acquire)) return h->run(sched, graph, fn);
+  return fn(sched, graph);
+}
+
+void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor* dst) {
+  static auto fn = tandem::real<tandem::TensorCopyFn>(Interposed::tensor_copy);
+  tandem::entered(Interposed::tensor_copy);
+  if (const tandem::SchedulerHooks* h = tandem::g_sched.load(std::memory_order_acquire)) return h->copy(src, dst, fn);
+  fn(src, dst);
+}
+
+// Hidden aliases of the definitions above: their addresses are this file's own even where the
+// dynamic linker binds the public names elsewhere, which is what the self-check compares with.
+#define TANDEM_OWN(own, name) __typeof__(name) own __attribute__((alias(#name), visibility("hidden")));
+TANDEM_OWN(tandem_own_tensor_set, ggml_backend_tensor_set)
+TANDEM_OWN(tandem_own_tensor_get, ggml_backend_tensor_get)
+TANDEM_OWN(tandem_own_tensor_memset, ggml_backend_tensor_memset)
+TANDEM_OWN(tandem_own_tensor_copy, ggml_backend_tensor_copy)
+TANDEM_OWN(tandem_own_buffer_clear, ggml_backend_buffer_clear)
+TANDEM_OWN(tandem_own_buffer_free, ggml_backend_buffer_free)
+TANDEM_OWN(tandem_own_buffer_copy_tensor, ggml_backend_buffer_copy_tensor)
+TANDEM_OWN(tandem_own_graph_compute, ggml_backend_graph_compute)
+TANDEM_OWN(tandem_own_graph_compute_async, ggml_backend_graph_compute_async)
+TANDEM_OWN(tandem_own_synchronize, ggml_backend_synchronize)
+TANDEM_OWN(tandem_own_sched_graph_compute_async, ggml_backend_sched_graph_compute_async)
+#undef TANDEM_OWN
+
+}  // extern "C"
+
+namespace tandem {
+
+void* interposer_address(Interposed which) {
+  switch (which) {
+    case Interposed::tensor_set: return reinterpret_cast<void*>(&tandem_own_tensor_set);
+    case Interposed::tensor_get: return reinterpret_cast<void*>(&tandem_own_tensor_get);
+    case Interposed::tensor_memset: return reinterpret_cast<void*>(&tandem_own_tensor_memset);
+    case Interposed::tensor_copy: return reinterpret_cast<void*>(&tandem_own_tensor_copy);
+    case Interposed::buffer_clear: return reinterpret_cast<void*>(&tandem_own_buffer_clear);
+    case Interposed::buffer_free: return reinterpret_cast<void*>(&tandem_own_buffer_free);
+    case Interposed::buffer_copy_tensor: return reinterpret_cast<void*>(&tandem_own_buffer_copy_tensor);
+    case Interposed::graph_compute: return reinterpret_cast<void*>(&tandem_own_graph_compute);
+    case Interposed::graph_compute_async: return reinterpret_cast<void*>(&tandem_own_graph_compute_async);
+    case Interposed::synchronize: return reinterpret_cast<void*>(&tandem_own_synchronize);
+    case Interposed::sched_graph_compute_async: return reinterpret_cast<void*>(&tandem_own_sched_graph_compute_async);
+    case Interposed::count: break;
+  }
+  return nullptr;
+}
+
+}  // namespace tandem
