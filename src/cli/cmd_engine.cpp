@@ -7,19 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "common/strings.h"
 #include "datapath/switches.h"
 #include "engine/generate.h"
 #include "engine/llama_log.h"
-#include "engine/local_casts.h"
-#include "engine/local_inputs.h"
-#include "engine/rpc_writes.h"
-#include "engine/sched_hooks.h"
 #include "engine/server.h"
-#include "engine/worker_embedding.h"
 
 namespace tandem::cli {
 
@@ -70,12 +64,6 @@ engine::Placement placement(const EngineFlags& f) {
   return p;
 }
 
-nlohmann::json profile_json(const engine::SplitProfile& p) {
-  return {{"runs", p.runs},         {"run_s", p.run_s},       {"to_workers_s", p.to_workers_s},
-          {"from_workers_s", p.from_workers_s}, {"to_local_s", p.to_local_s}, {"launches", p.launches},
-          {"launch_s", p.launch_s},  {"sync_s", p.sync_s}};
-}
-
 void run_one_shot(EngineFlags& f) {
   engine::GenerateOptions& o = f.one_shot;
   o.placement = placement(f);
@@ -90,30 +78,7 @@ void run_one_shot(EngineFlags& f) {
   auto r = engine::generate(o);
   if (!r.is_ok()) fail(r.status().message());
   if (f.json) {
-    nlohmann::json j = {{"text", r->text},           {"tokens", r->tokens},
-                        {"n_prompt_tokens", r->n_prompt_tokens}, {"load_s", r->load_s},
-                        {"prefill_tps", r->prefill_tps}, {"decode_tps", r->decode_tps},
-                        {"input_copies", engine::AsyncRpcWrites::reused_writes()},
-                        {"input_copies_identified", engine::AsyncRpcWrites::identified_writes()},
-                        {"input_bytes_not_sent", engine::AsyncRpcWrites::bytes_not_sent()},
-                        {"slotted_inputs", engine::AsyncRpcWrites::slotted_inputs()},
-                        {"slot_bytes_not_sent", engine::AsyncRpcWrites::slot_bytes_not_sent()},
-                        {"local_inputs_staged", engine::LocalInputCopies::staged()},
-                        {"local_inputs_repeated", engine::LocalInputCopies::repeated()},
-                        {"local_input_bytes_not_copied", engine::LocalInputCopies::bytes_not_copied()},
-                        {"worker_results_repeated", engine::LocalInputCopies::results_repeated()},
-                        {"worker_result_bytes_not_read", engine::LocalInputCopies::result_bytes_not_read()},
-                        {"relayed_results", engine::AsyncRpcWrites::relayed_results()},
-                        {"relayed_bytes_not_read", engine::AsyncRpcWrites::relayed_bytes_not_read()},
-                        {"worker_embeddings", engine::moved_embeddings()},
-                        {"local_casts", engine::local_casts()},
-                        {"local_cast_bytes", engine::local_cast_bytes()},
-                        {"run_inputs", engine::AsyncRpcWrites::run_inputs()},
-                        {"run_bytes_not_sent", engine::AsyncRpcWrites::run_bytes_not_sent()},
-                        {"prefill_profile", profile_json(r->prefill_profile)},
-                        {"decode_profile", profile_json(r->decode_profile)}};
-    // Generated text may end inside a UTF-8 sequence: replace, never throw.
-    std::fprintf(out, "%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::fprintf(out, "%s\n", engine::generate_result_json(r.value()).c_str());
     std::fflush(out);
     return;
   }

@@ -4,10 +4,14 @@
 #include <chrono>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "common/cpu_cores.h"
 #include "engine/llama_log.h"
+#include "engine/local_casts.h"
 #include "engine/local_inputs.h"
 #include "engine/rpc_writes.h"
+#include "engine/worker_embedding.h"
 #include "llama.h"
 
 namespace tandem::engine {
@@ -112,6 +116,43 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   }
   if (r.prefill_s > 0) r.prefill_tps = r.n_prompt_tokens / r.prefill_s;
   return r;
+}
+
+namespace {
+
+nlohmann::json profile_json(const SplitProfile& p) {
+  return {{"runs", p.runs},         {"run_s", p.run_s},       {"to_workers_s", p.to_workers_s},
+          {"from_workers_s", p.from_workers_s}, {"to_local_s", p.to_local_s}, {"launches", p.launches},
+          {"launch_s", p.launch_s},  {"sync_s", p.sync_s}};
+}
+
+}  // namespace
+
+std::string generate_result_json(const GenerateResult& r) {
+  const nlohmann::json j = {{"text", r.text},           {"tokens", r.tokens},
+                            {"n_prompt_tokens", r.n_prompt_tokens}, {"load_s", r.load_s},
+                            {"prefill_tps", r.prefill_tps}, {"decode_tps", r.decode_tps},
+                            {"input_copies", AsyncRpcWrites::reused_writes()},
+                            {"input_copies_identified", AsyncRpcWrites::identified_writes()},
+                            {"input_bytes_not_sent", AsyncRpcWrites::bytes_not_sent()},
+                            {"slotted_inputs", AsyncRpcWrites::slotted_inputs()},
+                            {"slot_bytes_not_sent", AsyncRpcWrites::slot_bytes_not_sent()},
+                            {"local_inputs_staged", LocalInputCopies::staged()},
+                            {"local_inputs_repeated", LocalInputCopies::repeated()},
+                            {"local_input_bytes_not_copied", LocalInputCopies::bytes_not_copied()},
+                            {"worker_results_repeated", LocalInputCopies::results_repeated()},
+                            {"worker_result_bytes_not_read", LocalInputCopies::result_bytes_not_read()},
+                            {"relayed_results", AsyncRpcWrites::relayed_results()},
+                            {"relayed_bytes_not_read", AsyncRpcWrites::relayed_bytes_not_read()},
+                            {"worker_embeddings", moved_embeddings()},
+                            {"local_casts", local_casts()},
+                            {"local_cast_bytes", local_cast_bytes()},
+                            {"run_inputs", AsyncRpcWrites::run_inputs()},
+                            {"run_bytes_not_sent", AsyncRpcWrites::run_bytes_not_sent()},
+                            {"prefill_profile", profile_json(r.prefill_profile)},
+                            {"decode_profile", profile_json(r.decode_profile)}};
+  // Generated text may end inside a UTF-8 sequence: replace, never throw.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace tandem::engine

@@ -38,4 +38,9 @@ struct GenerateResult {
 // tokenize, decode) with libllama's own reason where it gave one.
 Result<GenerateResult> generate(const GenerateOptions& options);
 
+// `result` as `tandem engine --prompt --json` prints it (docs/cli.md): text, tokens, timings, the
+// split profiles, and what the data path did since the process started (inputs reused, slotted,
+// staged, relayed, sent as runs; worker results made on the head; embeddings moved).
+std::string generate_result_json(const GenerateResult& result);
+
 }  // namespace tandem::engine

@@ -53,6 +53,16 @@ for c in components:
                 if layer[used] >= layer[c]:
                     failures.append("%s:%d: %s (layer %d) includes %s (layer %d)" % (rel, line_no, c, layer[c], used, layer[used]))
 
+# The CLI reaches the engine and the data path through their public interface only.
+PUBLIC = {"engine": {"generate.h", "server.h", "llama_log.h", "client.h", "protocol.h"}, "datapath": {"switches.h"}}
+for dirpath, _, names in os.walk(os.path.join(src, "cli")):
+    for n in names:
+        for line_no, line in enumerate(open(os.path.join(dirpath, n), encoding="utf-8"), 1):
+            m = re.match(r'\s*#include "(engine|datapath)/([a-z_]+\.h)"', line)
+            if m and m.group(2) not in PUBLIC[m.group(1)]:
+                failures.append("src/cli/%s:%d: the CLI includes %s/%s, not part of %s's public interface (%s)" %
+                                (n, line_no, m.group(1), m.group(2), m.group(1), ", ".join(sorted(PUBLIC[m.group(1)]))))
+
 if failures:
     print("edges that point up or sideways:\n  " + "\n  ".join(failures))
     sys.exit(1)
