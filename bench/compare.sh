@@ -103,7 +103,7 @@ start_config() {  # name; sets url, load_s
   load_s=$(wait_ready "$url")
   link_bytes=0
   case "$name" in tandem-*)
-    link_bytes=$(curl -sf "$url/health" | python3 -c 'import json,sys; print(sum(n["bytes_to_worker"] for n in json.load(sys.stdin)["nodes"]))') ;;
+    link_bytes=$(curl -sf -H "Authorization: Bearer $key" "$url/health" | python3 -c 'import json,sys; print(sum(n["bytes_to_worker"] for n in json.load(sys.stdin)["nodes"]))') ;;
   esac
 }
 

@@ -15,13 +15,13 @@ gpu_tests() {
   local bin sysroot=/tmp/tandem-dev/sysroot name
   bin=$(dirname "$(sed -n 's/^#define TANDEM_LLAMA_SERVER_EXE "\(.*\)"/\1/p' "$build/generated/common/build_info.h")")
   local -A sources=(
-    [input_writes_test]="tests/worker/input_writes_test.cpp src/worker/input_writes.cpp src/common/tensor_set_hook.cpp src/common/status.cpp src/common/log.cpp src/common/units.cpp"
-    [local_inputs_test]="tests/engine/local_inputs_test.cpp src/engine/local_inputs.cpp src/engine/sched_hooks.cpp src/engine/local_casts.cpp src/engine/ggml_devices.cpp src/engine/rpc_writes.cpp src/common/tensor_set_hook.cpp"
+    [input_writes_test]="tests/worker/input_writes_test.cpp src/worker/input_writes.cpp src/common/status.cpp src/common/log.cpp src/common/units.cpp"
+    [local_inputs_test]="tests/engine/local_inputs_test.cpp src/engine/local_inputs.cpp src/engine/sched_hooks.cpp src/engine/local_casts.cpp src/engine/ggml_devices.cpp src/engine/rpc_writes.cpp src/common/status.cpp"
   )
   for name in input_writes_test local_inputs_test; do
     # shellcheck disable=SC2086 # word splitting of the source lists is intended
     if (cd "$root" && g++ -std=c++17 -O1 -rdynamic -Isrc -Itests -I/tmp/tandem-dev/llama/ggml/include -I"$sysroot/usr/include" \
-         ${sources[$name]} src/common/device_stream.cpp src/common/input_reuse.cpp src/common/step_trace.cpp src/common/word_runs.cpp \
+         ${sources[$name]} src/datapath/interpose.cpp src/datapath/self_check.cpp src/common/device_stream.cpp src/common/input_reuse.cpp src/common/step_trace.cpp src/common/word_runs.cpp \
          -L"$bin" -lggml-rpc -lggml -lggml-base -L"$sysroot/usr/lib/x86_64-linux-gnu" -lgtest_main -lgtest -lpthread -ldl \
          -Wl,-rpath,"$bin" -o "$out/$name") 2>"$out/$name.build.log"; then
       "$out/$name" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|element" | head -20
