@@ -2,8 +2,8 @@
 # one tandem-engine one-shot run of $model ($prompt, 540 tokens unless the script sets it; $n_predict,
 # 256 unless set; greedy), printed as one line with a digest of its tokens, so that runs that must
 # agree token for token can be compared by eye; and `gpu_tests`, the GPU tests of the RPC child's
-# queued writes and of the head's queued local copies (tests/worker/input_writes_test.cpp,
-# tests/engine/local_inputs_test.cpp) built by hand, as the device build has no test tree. Needs
+# queued writes and of the head's queued local copies (tests/datapath/input_writes_test.cpp,
+# tests/datapath/local_inputs_test.cpp) built by hand, as the device build has no test tree. Needs
 # $root, $build, $model and $out. `seeded_worker` starts a worker for the scripts that split,
 # `split_30_30` splits through it, `sentences N` makes a prompt.
 # A prompt of $1 sentences of 12 tokens each.
@@ -15,13 +15,13 @@ gpu_tests() {
   local bin sysroot=/tmp/tandem-dev/sysroot name
   bin=$(dirname "$(sed -n 's/^#define TANDEM_LLAMA_SERVER_EXE "\(.*\)"/\1/p' "$build/generated/common/build_info.h")")
   local -A sources=(
-    [input_writes_test]="tests/worker/input_writes_test.cpp src/worker/input_writes.cpp src/common/status.cpp src/common/log.cpp src/common/units.cpp"
-    [local_inputs_test]="tests/engine/local_inputs_test.cpp src/engine/local_inputs.cpp src/engine/sched_hooks.cpp src/engine/local_casts.cpp src/engine/ggml_devices.cpp src/engine/rpc_writes.cpp src/common/status.cpp"
+    [input_writes_test]="tests/datapath/input_writes_test.cpp src/datapath/input_writes.cpp src/common/log.cpp src/common/units.cpp"
+    [local_inputs_test]="tests/datapath/local_inputs_test.cpp src/datapath/local_inputs.cpp src/datapath/sched_hooks.cpp src/datapath/local_casts.cpp src/datapath/ggml_devices.cpp src/datapath/rpc_writes.cpp"
   )
   for name in input_writes_test local_inputs_test; do
     # shellcheck disable=SC2086 # word splitting of the source lists is intended
     if (cd "$root" && g++ -std=c++17 -O1 -rdynamic -Isrc -Itests -I/tmp/tandem-dev/llama/ggml/include -I"$sysroot/usr/include" \
-         ${sources[$name]} src/datapath/interpose.cpp src/datapath/self_check.cpp src/common/device_stream.cpp src/common/input_reuse.cpp src/common/step_trace.cpp src/common/word_runs.cpp \
+         ${sources[$name]} src/datapath/interpose.cpp src/datapath/self_check.cpp src/datapath/device_stream.cpp src/datapath/input_reuse.cpp src/common/status.cpp src/common/step_trace.cpp src/link/markers.cpp \
          -L"$bin" -lggml-rpc -lggml -lggml-base -L"$sysroot/usr/lib/x86_64-linux-gnu" -lgtest_main -lgtest -lpthread -ldl \
          -Wl,-rpath,"$bin" -o "$out/$name") 2>"$out/$name.build.log"; then
       "$out/$name" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|element" | head -20

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# What queuing the scheduler's copies into the head's own GPU saves (engine/local_inputs.h), in one
+# What queuing the scheduler's copies into the head's own GPU saves (datapath/local_inputs.h), in one
 # device call (after `device-compare.sh build` and `model`). Before each split ggml copies every
 # input from pageable host memory and waits; MiniMax-M3's sparse layers read three inputs through a
 # view per layer, so a decode step makes ~4 such copies per layer.
-#   1. the GPU tests (tests/worker/input_writes_test.cpp, tests/engine/local_inputs_test.cpp);
+#   1. the GPU tests (tests/datapath/input_writes_test.cpp, tests/datapath/local_inputs_test.cpp);
 #   2. tandem-engine one-shot runs of the 60-layer proxy: one process, and the split 30 + 30
 #      through a seeded `tandem worker`, each with the queue on and off (`--sync-local-inputs`),
-#      and without the input slots (the default; `--no-local-input-slots`, engine/local_inputs.h;
-#      `--no-worker-input-slots`, engine/rpc_writes.h):
+#      and without the input slots (the default; `--no-local-input-slots`, datapath/local_inputs.h;
+#      `--no-worker-input-slots`, datapath/rpc_writes.h):
 #      ~540-token prompt and 128 tokens (two rounds), ~4000-token prompt and 16 tokens (one).
 #      A token digest per run: all of one prompt must agree.
 # Run it as `bench/device-compare.sh local`; logs go to $OUT.

@@ -3,8 +3,8 @@
 # (after `device-compare.sh build` and `model`). MiniMax-M3's sparse attention reads its position
 # mask and block bias through a view in every layer, and ggml's scheduler copies each view to the
 # worker: for a 512-token chunk, 512 × positions × 4 bytes per worker layer. To a tandem worker
-# the head sends them once per step (common/input_reuse.h).
-#   1. the GPU tests of the RPC child's queued writes and reuse slots (tests/worker/input_writes_test.cpp);
+# the head sends them once per step (datapath/input_reuse.h).
+#   1. the GPU tests of the RPC child's queued writes and reuse slots (tests/datapath/input_writes_test.cpp);
 #   2. tandem-engine one-shot runs of the 60-layer proxy, prompts of ~540 and ~4000 tokens, 32
 #      tokens after them: one process, and the split 30 + 30 through a seeded `tandem worker` with
 #      input reuse on and off (`--no-input-reuse`), the input slots off (they take the repeats

@@ -2,8 +2,8 @@
 # What each step's input writes cost a split on one GPU, in one device call (after
 # `device-compare.sh build` and `model`). MiniMax-M3's graph reads three small inputs per layer,
 # which ggml's scheduler copies to the worker every token, one RPC write each (~100 per token for
-# 30 layers); engine/rpc_writes.h queues them on the head, worker/input_writes.h in the RPC child.
-#   1. the GPU tests of the child's queued writes (tests/worker/input_writes_test.cpp, built here
+# 30 layers); datapath/rpc_writes.h queues them on the head, datapath/input_writes.h in the RPC child.
+#   1. the GPU tests of the child's queued writes (tests/datapath/input_writes_test.cpp, built here
 #      by hand: the device build has no test tree);
 #   2. tandem-engine one-shot runs (540-token prompt, 256 tokens, greedy) of the 60-layer proxy:
 #      one process, and the split 30 + 30 through a seeded `tandem worker` with the head's and the

@@ -30,16 +30,16 @@ struct EngineFlags {
   std::vector<std::string> worker_caches, tandem_workers;
   std::string rpc_in_process;
   bool json = false, no_cuda_graphs = false, output_last = false, workers_first = false;
-  std::vector<std::string> switches_off;  // flags of kDataPathSwitches given
+  std::vector<std::string> switches_off;  // flags of datapath::kDataPathSwitches given
   int verbose = 0;
 };
 
 engine::Placement placement(const EngineFlags& f) {
   engine::Placement p = f.one_shot.placement;
   p.rpc_servers = split_commas(f.rpc);
-  auto switches = apply_switch_flags(f.switches_off);
+  auto switches = datapath::apply_switch_flags(f.switches_off);
   if (!switches.is_ok()) fail(switches.status().message(), 2);
-  static_cast<DataPathSwitches&>(p) = switches.value();
+  static_cast<datapath::DataPathSwitches&>(p) = switches.value();
   p.output_on_head = !f.output_last;
   p.workers_first = f.workers_first;
   for (const std::string& w : f.worker_caches) {
@@ -141,7 +141,7 @@ void register_engine(CLI::App& app) {
                   "--prompt: start ggml's RPC server inside this process on HOST:PORT, serving the local GPUs (name it in "
                   "--rpc too): a split with both halves in one process and one CUDA context, for measurement");
   // The data path's switches, from their table (datapath/switches.h).
-  for (const DataPathSwitch& sw : kDataPathSwitches) {
+  for (const datapath::DataPathSwitch& sw : datapath::kDataPathSwitches) {
     std::string help = std::string("On by default: ") + sw.mechanism + ". Off: " + sw.measures;
     if (sw.needs != nullptr) help += std::string(". Also off with ") + sw.needs;
     const std::string flag = sw.flag;

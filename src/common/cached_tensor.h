@@ -1,11 +1,11 @@
-// What a worker's weight cache is keyed by, and the message that loads a weight from it.
+// What a worker's weight cache is keyed by.
 //
 // ggml's RPC client names a weight by the 64-bit FNV-1a hash of its bytes and, for tensors above
 // 10 MiB, asks the server for `<cache>/<hash>` before sending data (RPC_CMD_SET_TENSOR_HASH). It
 // hashes on the head, in one thread, while the load waits: ~1 GB/s, the largest part of a seeded
 // load. tandem's engine instead hashes the worker's share of the model file ahead of time in
 // parallel and, for each weight the worker lists in its cache, sends a plain SET_TENSOR whose data
-// is a 32-byte marker (below), which needs no answer, so the head never waits. The worker's splice
+// is a 32-byte marker (link/protocol.h), which needs no answer, so the head never waits. The worker's splice
 // (worker/rpc_splice.h) checks that its cache holds the weight; its RPC child, handed the marker
 // as the weight's data, loads the weight from the cache (worker/cache_loader.h). The marker means
 // nothing to a stock RPC server: only a tandem worker may receive one.
@@ -38,16 +38,6 @@ constexpr uint64_t kSeedThreshold = 1ull * 1024 * 1024;
 uint64_t fnv1a(const void* data, size_t n, uint64_t seed = 0xcbf29ce484222325ULL);
 std::string hash_name(uint64_t hash);  // 16 lowercase hex digits, the cache file's name
 std::optional<uint64_t> parse_hash_name(const std::string& name);  // inverse; nullopt if not one
-
-constexpr size_t kCachedMarkerSize = 32;
-struct CachedMarker {
-  uint64_t hash = 0;   // FNV-1a of the whole tensor
-  uint64_t bytes = 0;  // its size: the cache file must have exactly this many
-};
-// "tandem-cached-v1" (16 bytes), hash and size as little-endian u64.
-std::array<uint8_t, kCachedMarkerSize> encode_cached_marker(const CachedMarker& m);
-// The marker in `data`, or nullopt when the bytes are anything else.
-std::optional<CachedMarker> parse_cached_marker(const uint8_t* data, size_t n);
 
 // A worker's cache as it lists it: hash -> bytes.
 using CacheListing = std::unordered_map<uint64_t, uint64_t>;

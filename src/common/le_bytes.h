@@ -1,5 +1,5 @@
-// Little-endian integers in the byte formats tandem sends to its workers (common/input_reuse.h,
-// common/word_runs.h), whatever the host's byte order.
+// Little-endian integers in the byte formats tandem sends to its workers (the markers of
+// link/protocol.h), whatever the host's byte order.
 #pragma once
 
 #include <cstdint>

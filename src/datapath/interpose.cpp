@@ -12,7 +12,7 @@
 // pinned llama.cpp: text ggml/src/ggml-backend-impl.h GGML_API bool ggml_backend_buffer_copy_tensor(const struct ggml_tensor * src, struct ggml_tensor * dst);
 extern "C" bool ggml_backend_buffer_copy_tensor(const struct ggml_tensor* src, struct ggml_tensor* dst);
 
-namespace tandem {
+namespace tandem::datapath {
 namespace {
 
 constexpr int kSlots = 4;
@@ -85,91 +85,91 @@ void set_interposer_canary(bool on) {
 }
 uint32_t interposer_calls_seen() { return t_seen; }
 
-}  // namespace tandem
+}  // namespace tandem::datapath
 
 // The definitions: each resolves ggml's own function once. Including ggml-backend.h makes the
 // compiler hold each to ggml's declared signature.
 extern "C" {
 
-using tandem::Interposed;
+using tandem::datapath::Interposed;
 
 // With no hook it only forwards: four relaxed loads per call.
 void ggml_backend_tensor_set(struct ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
-  tandem::entered(Interposed::tensor_set);
-  for (auto& h : tandem::g_set_hooks) {
-    const tandem::TensorSetHook hook = h.load(std::memory_order_relaxed);
+  tandem::datapath::entered(Interposed::tensor_set);
+  for (auto& h : tandem::datapath::g_set_hooks) {
+    const tandem::datapath::TensorSetHook hook = h.load(std::memory_order_relaxed);
     if (hook != nullptr && hook(tensor, data, offset, size)) return;
   }
-  tandem::real_tensor_set()(tensor, data, offset, size);
+  tandem::datapath::real_tensor_set()(tensor, data, offset, size);
 }
 
 void ggml_backend_tensor_get(const struct ggml_tensor* tensor, void* data, size_t offset, size_t size) {
-  static auto fn = tandem::real<void (*)(const ggml_tensor*, void*, size_t, size_t)>(Interposed::tensor_get);
-  tandem::entered(Interposed::tensor_get);
-  tandem::fence();
+  static auto fn = tandem::datapath::real<void (*)(const ggml_tensor*, void*, size_t, size_t)>(Interposed::tensor_get);
+  tandem::datapath::entered(Interposed::tensor_get);
+  tandem::datapath::fence();
   fn(tensor, data, offset, size);
 }
 
 void ggml_backend_tensor_memset(struct ggml_tensor* tensor, uint8_t value, size_t offset, size_t size) {
-  static auto fn = tandem::real<void (*)(ggml_tensor*, uint8_t, size_t, size_t)>(Interposed::tensor_memset);
-  tandem::entered(Interposed::tensor_memset);
-  tandem::fence();
+  static auto fn = tandem::datapath::real<void (*)(ggml_tensor*, uint8_t, size_t, size_t)>(Interposed::tensor_memset);
+  tandem::datapath::entered(Interposed::tensor_memset);
+  tandem::datapath::fence();
   fn(tensor, value, offset, size);
 }
 
 void ggml_backend_buffer_clear(ggml_backend_buffer_t buffer, uint8_t value) {
-  static auto fn = tandem::real<void (*)(ggml_backend_buffer_t, uint8_t)>(Interposed::buffer_clear);
-  tandem::entered(Interposed::buffer_clear);
-  tandem::fence();
+  static auto fn = tandem::datapath::real<void (*)(ggml_backend_buffer_t, uint8_t)>(Interposed::buffer_clear);
+  tandem::datapath::entered(Interposed::buffer_clear);
+  tandem::datapath::fence();
   fn(buffer, value);
 }
 
 void ggml_backend_buffer_free(ggml_backend_buffer_t buffer) {
-  static auto fn = tandem::real<void (*)(ggml_backend_buffer_t)>(Interposed::buffer_free);
-  tandem::entered(Interposed::buffer_free);
-  tandem::fence();
+  static auto fn = tandem::datapath::real<void (*)(ggml_backend_buffer_t)>(Interposed::buffer_free);
+  tandem::datapath::entered(Interposed::buffer_free);
+  tandem::datapath::fence();
   fn(buffer);
 }
 
 bool ggml_backend_buffer_copy_tensor(const struct ggml_tensor* src, struct ggml_tensor* dst) {
-  static auto fn = tandem::real<bool (*)(const ggml_tensor*, ggml_tensor*)>(Interposed::buffer_copy_tensor);
-  tandem::entered(Interposed::buffer_copy_tensor);
-  tandem::fence();
+  static auto fn = tandem::datapath::real<bool (*)(const ggml_tensor*, ggml_tensor*)>(Interposed::buffer_copy_tensor);
+  tandem::datapath::entered(Interposed::buffer_copy_tensor);
+  tandem::datapath::fence();
   return fn(src, dst);
 }
 
 enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
-  static auto fn = tandem::real<tandem::LaunchFn>(Interposed::graph_compute);
-  tandem::entered(Interposed::graph_compute);
-  if (const tandem::DeviceFenceHooks* f = tandem::g_fence.load(std::memory_order_acquire)) return f->graph(backend, cgraph, fn);
+  static auto fn = tandem::datapath::real<tandem::datapath::LaunchFn>(Interposed::graph_compute);
+  tandem::datapath::entered(Interposed::graph_compute);
+  if (const tandem::datapath::DeviceFenceHooks* f = tandem::datapath::g_fence.load(std::memory_order_acquire)) return f->graph(backend, cgraph, fn);
   return fn(backend, cgraph);
 }
 
 enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
-  static auto fn = tandem::real<tandem::LaunchFn>(Interposed::graph_compute_async);
-  tandem::entered(Interposed::graph_compute_async);
-  if (const tandem::SchedulerHooks* h = tandem::g_sched.load(std::memory_order_acquire)) return h->launch(backend, cgraph, fn);
+  static auto fn = tandem::datapath::real<tandem::datapath::LaunchFn>(Interposed::graph_compute_async);
+  tandem::datapath::entered(Interposed::graph_compute_async);
+  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire)) return h->launch(backend, cgraph, fn);
   return fn(backend, cgraph);
 }
 
 void ggml_backend_synchronize(ggml_backend_t backend) {
-  static auto fn = tandem::real<tandem::SynchronizeFn>(Interposed::synchronize);
-  tandem::entered(Interposed::synchronize);
-  if (const tandem::SchedulerHooks* h = tandem::g_sched.load(std::memory_order_acquire)) return h->synchronize(backend, fn);
+  static auto fn = tandem::datapath::real<tandem::datapath::SynchronizeFn>(Interposed::synchronize);
+  tandem::datapath::entered(Interposed::synchronize);
+  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire)) return h->synchronize(backend, fn);
   fn(backend);
 }
 
 enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, struct ggml_cgraph* graph) {
-  static auto fn = tandem::real<tandem::SchedComputeFn>(Interposed::sched_graph_compute_async);
-  tandem::entered(Interposed::sched_graph_compute_async);
-  if (const tandem::SchedulerHooks* h = tandem::g_sched.load(std::memory_order_acquire)) return h->run(sched, graph, fn);
+  static auto fn = tandem::datapath::real<tandem::datapath::SchedComputeFn>(Interposed::sched_graph_compute_async);
+  tandem::datapath::entered(Interposed::sched_graph_compute_async);
+  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire)) return h->run(sched, graph, fn);
   return fn(sched, graph);
 }
 
 void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor* dst) {
-  static auto fn = tandem::real<tandem::TensorCopyFn>(Interposed::tensor_copy);
-  tandem::entered(Interposed::tensor_copy);
-  if (const tandem::SchedulerHooks* h = tandem::g_sched.load(std::memory_order_acquire)) return h->copy(src, dst, fn);
+  static auto fn = tandem::datapath::real<tandem::datapath::TensorCopyFn>(Interposed::tensor_copy);
+  tandem::datapath::entered(Interposed::tensor_copy);
+  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire)) return h->copy(src, dst, fn);
   fn(src, dst);
 }
 
@@ -191,7 +191,7 @@ TANDEM_OWN(tandem_own_sched_graph_compute_async, ggml_backend_sched_graph_comput
 
 }  // extern "C"
 
-namespace tandem {
+namespace tandem::datapath {
 
 void* interposer_address(Interposed which) {
   switch (which) {
@@ -211,4 +211,4 @@ void* interposer_address(Interposed which) {
   return nullptr;
 }
 
-}  // namespace tandem
+}  // namespace tandem::datapath

@@ -5,7 +5,7 @@
 // definition first (the executable links a ggml library that calls it, so ld exports it), and each
 // definition here forwards to ggml's own one (found with RTLD_NEXT) around what the installed hooks
 // do. The hooks are tables a role installs: the head's engine its scheduler hooks
-// (engine/sched_hooks.h), the worker's RPC child its device fence (worker/input_writes.h), either
+// (datapath/sched_hooks.h), the worker's RPC child its device fence (datapath/input_writes.h), either
 // one its tensor-set hooks (cached uploads, asynchronous RPC writes, the cache loader, the input
 // writes). With nothing installed each function only forwards. `check_interposition`
 // (datapath/self_check.h) proves at start that ggml's calls really reach these definitions.
@@ -16,7 +16,7 @@
 
 #include "ggml-backend.h"
 
-namespace tandem {
+namespace tandem::datapath {
 
 // The functions replaced, in the order of `kInterposedNames`.
 enum class Interposed : uint32_t {
@@ -90,4 +90,4 @@ uint32_t interposer_calls_seen();
 // resolves).
 void* interposer_address(Interposed which);
 
-}  // namespace tandem
+}  // namespace tandem::datapath

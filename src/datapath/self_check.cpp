@@ -10,7 +10,7 @@
 #include "ggml-backend.h"
 #include "ggml.h"
 
-namespace tandem {
+namespace tandem::datapath {
 namespace {
 
 constexpr uint32_t bit(Interposed w) { return 1u << static_cast<uint32_t>(w); }
@@ -106,4 +106,4 @@ Status check_interposition() {
                           "-Bsymbolic, LTO or hidden visibility?). Rebuild against the pinned llama.cpp as the README does");
 }
 
-}  // namespace tandem
+}  // namespace tandem::datapath

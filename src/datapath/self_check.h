@@ -10,7 +10,7 @@
 
 #include "common/status.h"
 
-namespace tandem {
+namespace tandem::datapath {
 
 // Checks every replaced function two ways: the dynamic linker resolves its name to tandem's
 // definition, and ggml's own code reaches it — eight of the eleven through calls ggml makes on a
@@ -22,4 +22,4 @@ namespace tandem {
 // is installed. Errors name each function that is not reached and why.
 Status check_interposition();
 
-}  // namespace tandem
+}  // namespace tandem::datapath

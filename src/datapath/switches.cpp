@@ -1,6 +1,6 @@
 #include "datapath/switches.h"
 
-namespace tandem {
+namespace tandem::datapath {
 
 const DataPathSwitch* find_data_path_switch(const std::string& flag) {
   for (const DataPathSwitch& s : kDataPathSwitches) {
@@ -47,4 +47,4 @@ std::string switches_markdown() {
   return out;
 }
 
-}  // namespace tandem
+}  // namespace tandem::datapath

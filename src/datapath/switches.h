@@ -10,20 +10,20 @@
 
 #include "common/status.h"
 
-namespace tandem {
+namespace tandem::datapath {
 
 // On by default, each; a switch's flag turns one off.
 struct DataPathSwitches {
-  bool async_rpc_writes = true;    // step inputs to RPC servers queued, not waited on (engine/rpc_writes.h)
-  bool reuse_inputs = true;        // an input repeated across layers crosses the link once (common/input_reuse.h)
-  bool input_runs = true;          // an input that is mostly runs of one value goes as runs (common/word_runs.h)
+  bool async_rpc_writes = true;    // step inputs to RPC servers queued, not waited on (datapath/rpc_writes.h)
+  bool reuse_inputs = true;        // an input repeated across layers crosses the link once (datapath/input_reuse.h)
+  bool input_runs = true;          // an input that is mostly runs of one value goes as runs (link/protocol.h)
   bool worker_input_slots = true;  // workers read a step's inputs from one copy per step (redirect_rpc_input)
-  bool queue_local_inputs = true;  // the head's GPUs get their inputs queued (engine/local_inputs.h)
+  bool queue_local_inputs = true;  // the head's GPUs get their inputs queued (datapath/local_inputs.h)
   bool local_input_slots = true;   // ... from one copy per step
-  bool local_casts = true;         // a worker's f32 cast of a step input made on the head (engine/local_casts.h)
-  bool embedding_on_worker = true; // the token embedding on the worker of layer 0 (engine/worker_embedding.h)
+  bool local_casts = true;         // a worker's f32 cast of a step input made on the head (datapath/local_casts.h)
+  bool embedding_on_worker = true; // the token embedding on the worker of layer 0 (datapath/worker_embedding.h)
   bool pipeline = true;            // libllama's pipeline parallelism where it applies
-  bool overlap = true;             // micro-batches' device work may overlap (engine/sched_hooks.h)
+  bool overlap = true;             // micro-batches' device work may overlap (datapath/sched_hooks.h)
   bool cpu_weight_repack = true;   // the CPU backend's repacked weight layouts
   bool warm_up = true;             // a throwaway prompt and decode step before the engine is ready
 };
@@ -83,4 +83,4 @@ std::string switch_flags_list();
 // docs/cli.md's table of the switches, as the table says it.
 std::string switches_markdown();
 
-}  // namespace tandem
+}  // namespace tandem::datapath

@@ -23,8 +23,11 @@
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "plan/model_info.h"
+#include "link/protocol.h"
 
 namespace tandem::engine {
+
+using link::encode_cached_marker;
 namespace {
 
 struct Mapping {
@@ -107,7 +110,7 @@ std::unique_ptr<Uploads> g_uploads;
 bool try_marker(ggml_tensor* t, const void* data, size_t offset, size_t size) {
   if (offset != 0 || size <= kSeedThreshold || size != ggml_nbytes(t) || t->buffer == nullptr) return false;
   if (ggml_backend_buffer_get_usage(t->buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) return false;
-  const std::string endpoint = rpc_endpoint(ggml_backend_buft_name(ggml_backend_buffer_get_type(t->buffer)));
+  const std::string endpoint = datapath::rpc_endpoint(ggml_backend_buft_name(ggml_backend_buffer_get_type(t->buffer)));
   if (endpoint.empty()) return false;
   std::lock_guard<std::mutex> life(g_mutex);
   Uploads* u = g_uploads.get();
@@ -135,7 +138,7 @@ bool try_marker(ggml_tensor* t, const void* data, size_t offset, size_t size) {
     return false;
   }
   const auto marker = encode_cached_marker({hash, size});
-  real_tensor_set()(t, marker.data(), 0, marker.size());
+  datapath::real_tensor_set()(t, marker.data(), 0, marker.size());
   std::lock_guard<std::mutex> lock(u->mutex);
   ++u->stats.markers;
   u->stats.marker_bytes += size;
@@ -201,7 +204,7 @@ Status start_cached_uploads(const CachedUploadPlan& plan) {
     u->jobs[t->name] = j;
     u->order.push_back(t->name);
   }
-  if (!tensor_set_interposed()) return Status::internal("this tandem-engine does not interpose ggml_backend_tensor_set (a build problem)");
+  if (!datapath::tensor_set_interposed()) return Status::internal("this tandem-engine does not interpose ggml_backend_tensor_set (a build problem)");
   unsigned n = plan.threads > 0 ? static_cast<unsigned>(plan.threads) : std::clamp(std::thread::hardware_concurrency() / 2, 1u, 16u);
   n = std::min<unsigned>(n, static_cast<unsigned>(std::max<size_t>(u->order.size(), 1)));
   u->t0 = u->t1 = std::chrono::steady_clock::now();
@@ -209,12 +212,12 @@ Status start_cached_uploads(const CachedUploadPlan& plan) {
   for (unsigned i = 0; i < n; ++i) u->pool.emplace_back([raw] { raw->work(); });
   std::lock_guard<std::mutex> life(g_mutex);
   g_uploads = std::move(u);
-  add_tensor_set_hook(&try_marker);
+  datapath::add_tensor_set_hook(&try_marker);
   return Status::ok();
 }
 
 CachedUploadStats finish_cached_uploads() {
-  remove_tensor_set_hook(&try_marker);
+  datapath::remove_tensor_set_hook(&try_marker);
   std::unique_ptr<Uploads> u;
   {
     std::lock_guard<std::mutex> life(g_mutex);

@@ -5,7 +5,7 @@
 // uploads, tandem-engine hooks `ggml_backend_tensor_set` (datapath/interpose.h; the call
 // libllama makes to place a weight in an RPC buffer): the weights bound for RPC servers are
 // hashed ahead, in parallel, from the model file, and each one whose hash the server's worker
-// listed in its cache is sent as a 32-byte marker (common/cached_tensor.h) that the worker loads
+// listed in its cache is sent as a 32-byte marker (link/protocol.h) that the worker loads
 // from its cache (worker/cache_loader.h). Anything else (weights the worker lacks, local devices,
 // data that differs from the file) takes ggml's own path.
 // See docs/worker.md, "The weight cache".
@@ -26,7 +26,7 @@ struct CachedUploadPlan {
   std::string model;                              // first file of the GGUF (splits follow)
   int first_layer = 0, end_layer = INT32_MAX;     // layers [first, end) live on RPC servers
   bool output_remote = false;                     // the output head too
-  bool embedding_remote = false;                  // the token embedding too (engine/worker_embedding.h)
+  bool embedding_remote = false;                  // the token embedding too (datapath/worker_embedding.h)
   std::map<std::string, CacheListing> listings;   // RPC endpoint ("host:port") -> its cache
   int threads = 0;                                // hashing threads; 0 = half the cores, at most 16
   // Where hashes are remembered between loads (hash_memo.h); "" = hash every time.

@@ -8,10 +8,10 @@
 
 #include "common/cpu_cores.h"
 #include "engine/llama_log.h"
-#include "engine/local_casts.h"
-#include "engine/local_inputs.h"
-#include "engine/rpc_writes.h"
-#include "engine/worker_embedding.h"
+#include "datapath/local_casts.h"
+#include "datapath/local_inputs.h"
+#include "datapath/rpc_writes.h"
+#include "datapath/worker_embedding.h"
 #include "llama.h"
 
 namespace tandem::engine {
@@ -57,10 +57,10 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   cp.no_perf = true;
   const Placement& p = o.placement;
   const auto slots = [&](bool on) { return input_slot_bytes(p, on, model.get(), cp.n_ctx, cp.n_seq_max, cp.n_ubatch); };
-  std::unique_ptr<AsyncRpcWrites> rpc_writes;
-  if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes = std::make_unique<AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
-  std::unique_ptr<LocalInputCopies> local_inputs;
-  if (p.queue_local_inputs) local_inputs = std::make_unique<LocalInputCopies>(slots(p.local_input_slots));
+  std::unique_ptr<datapath::AsyncRpcWrites> rpc_writes;
+  if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes = std::make_unique<datapath::AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
+  std::unique_ptr<datapath::LocalInputCopies> local_inputs;
+  if (p.queue_local_inputs) local_inputs = std::make_unique<datapath::LocalInputCopies>(slots(p.local_input_slots));
   std::unique_ptr<llama_context, ContextDeleter> ctx(llama_init_from_model(model.get(), cp));
   if (!ctx) return Status::resource_exhausted(with_llama_reason(o.model + ": creating a context of " + std::to_string(o.n_ctx) + " tokens failed"));
 
@@ -86,7 +86,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   }
 
   t = Clock::now();
-  SplitProfile mark = split_profile();
+  datapath::SplitProfile mark = datapath::split_profile();
   llama_batch batch = llama_batch_get_one(prompt.data(), static_cast<int32_t>(prompt.size()));
   if (int rc = llama_decode(ctx.get(), batch); rc != 0) {
     return Status::internal(with_llama_reason("decoding the prompt failed (llama_decode returned " + std::to_string(rc) + ")"));
@@ -97,8 +97,8 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
     if (i == 0) {
       r.prefill_s = since(t);
       first_token = Clock::now();
-      r.prefill_profile = split_profile() - mark;
-      mark = split_profile();
+      r.prefill_profile = datapath::split_profile() - mark;
+      mark = datapath::split_profile();
     }
     if (!o.ignore_eos && llama_vocab_is_eog(vocab, token)) break;
     r.tokens.push_back(token);
@@ -111,7 +111,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   }
   if (!r.tokens.empty()) {
     r.decode_s = since(first_token);
-    r.decode_profile = split_profile() - mark;
+    r.decode_profile = datapath::split_profile() - mark;
     if (r.tokens.size() > 1 && r.decode_s > 0) r.decode_tps = (r.tokens.size() - 1) / r.decode_s;
   }
   if (r.prefill_s > 0) r.prefill_tps = r.n_prompt_tokens / r.prefill_s;
@@ -120,7 +120,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
 
 namespace {
 
-nlohmann::json profile_json(const SplitProfile& p) {
+nlohmann::json profile_json(const datapath::SplitProfile& p) {
   return {{"runs", p.runs},         {"run_s", p.run_s},       {"to_workers_s", p.to_workers_s},
           {"from_workers_s", p.from_workers_s}, {"to_local_s", p.to_local_s}, {"launches", p.launches},
           {"launch_s", p.launch_s},  {"sync_s", p.sync_s}};
@@ -132,23 +132,23 @@ std::string generate_result_json(const GenerateResult& r) {
   const nlohmann::json j = {{"text", r.text},           {"tokens", r.tokens},
                             {"n_prompt_tokens", r.n_prompt_tokens}, {"load_s", r.load_s},
                             {"prefill_tps", r.prefill_tps}, {"decode_tps", r.decode_tps},
-                            {"input_copies", AsyncRpcWrites::reused_writes()},
-                            {"input_copies_identified", AsyncRpcWrites::identified_writes()},
-                            {"input_bytes_not_sent", AsyncRpcWrites::bytes_not_sent()},
-                            {"slotted_inputs", AsyncRpcWrites::slotted_inputs()},
-                            {"slot_bytes_not_sent", AsyncRpcWrites::slot_bytes_not_sent()},
-                            {"local_inputs_staged", LocalInputCopies::staged()},
-                            {"local_inputs_repeated", LocalInputCopies::repeated()},
-                            {"local_input_bytes_not_copied", LocalInputCopies::bytes_not_copied()},
-                            {"worker_results_repeated", LocalInputCopies::results_repeated()},
-                            {"worker_result_bytes_not_read", LocalInputCopies::result_bytes_not_read()},
-                            {"relayed_results", AsyncRpcWrites::relayed_results()},
-                            {"relayed_bytes_not_read", AsyncRpcWrites::relayed_bytes_not_read()},
-                            {"worker_embeddings", moved_embeddings()},
-                            {"local_casts", local_casts()},
-                            {"local_cast_bytes", local_cast_bytes()},
-                            {"run_inputs", AsyncRpcWrites::run_inputs()},
-                            {"run_bytes_not_sent", AsyncRpcWrites::run_bytes_not_sent()},
+                            {"input_copies", datapath::AsyncRpcWrites::reused_writes()},
+                            {"input_copies_identified", datapath::AsyncRpcWrites::identified_writes()},
+                            {"input_bytes_not_sent", datapath::AsyncRpcWrites::bytes_not_sent()},
+                            {"slotted_inputs", datapath::AsyncRpcWrites::slotted_inputs()},
+                            {"slot_bytes_not_sent", datapath::AsyncRpcWrites::slot_bytes_not_sent()},
+                            {"local_inputs_staged", datapath::LocalInputCopies::staged()},
+                            {"local_inputs_repeated", datapath::LocalInputCopies::repeated()},
+                            {"local_input_bytes_not_copied", datapath::LocalInputCopies::bytes_not_copied()},
+                            {"worker_results_repeated", datapath::LocalInputCopies::results_repeated()},
+                            {"worker_result_bytes_not_read", datapath::LocalInputCopies::result_bytes_not_read()},
+                            {"relayed_results", datapath::AsyncRpcWrites::relayed_results()},
+                            {"relayed_bytes_not_read", datapath::AsyncRpcWrites::relayed_bytes_not_read()},
+                            {"worker_embeddings", datapath::moved_embeddings()},
+                            {"local_casts", datapath::local_casts()},
+                            {"local_cast_bytes", datapath::local_cast_bytes()},
+                            {"run_inputs", datapath::AsyncRpcWrites::run_inputs()},
+                            {"run_bytes_not_sent", datapath::AsyncRpcWrites::run_bytes_not_sent()},
                             {"prefill_profile", profile_json(r.prefill_profile)},
                             {"decode_profile", profile_json(r.decode_profile)}};
   // Generated text may end inside a UTF-8 sequence: replace, never throw.

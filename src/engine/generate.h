@@ -8,7 +8,7 @@
 
 #include "common/status.h"
 #include "engine/model_loader.h"
-#include "engine/sched_hooks.h"
+#include "datapath/sched_hooks.h"
 
 namespace tandem::engine {
 
@@ -31,7 +31,7 @@ struct GenerateResult {
   int n_prompt_tokens = 0;
   double load_s = 0, prefill_s = 0, decode_s = 0;
   double prefill_tps = 0, decode_tps = 0;  // tokens per second; decode excludes the first token
-  SplitProfile prefill_profile, decode_profile;  // where the scheduler's time went in each phase
+  datapath::SplitProfile prefill_profile, decode_profile;  // where the scheduler's time went in each phase
 };
 
 // Loads the model, generates, frees everything. Errors say which step failed (load, context,

@@ -15,22 +15,39 @@
 #include <numeric>
 #include <thread>
 
-#include "common/input_reuse.h"
+#include "datapath/input_reuse.h"
 #include "common/log.h"
 #include "common/units.h"
 #include "engine/cached_upload.h"
 #include "engine/hash_memo.h"
 #include "engine/llama_log.h"
-#include "engine/local_casts.h"
-#include "engine/sched_hooks.h"
-#include "engine/worker_embedding.h"
+#include "datapath/local_casts.h"
+#include "datapath/sched_hooks.h"
+#include "datapath/worker_embedding.h"
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
 #include "llama.h"
 #include "plan/model_info.h"
 
+// libllama's own list of a model's weights by name (llama-model.h; exported, used by its tools).
+// pinned llama.cpp: text src/llama-model.h const std::vector<std::pair<std::string, ggml_tensor *>> & llama_internal_get_tensor_map(const llama_model * model);
+// No public call names the token embedding's tensor.
+const std::vector<std::pair<std::string, ggml_tensor*>>& llama_internal_get_tensor_map(const llama_model* model);
+
 namespace tandem::engine {
 namespace {
+
+// The model's token embedding when it has exactly one, and whether it has an output head of its own.
+std::pair<ggml_tensor*, bool> token_embedding(const llama_model* model) {
+  ggml_tensor* table = nullptr;
+  int tables = 0;
+  bool output = false;
+  for (const auto& [name, t] : llama_internal_get_tensor_map(model)) {
+    if (name == "token_embd.weight") table = t, ++tables;
+    if (name == "output.weight") output = true;
+  }
+  return {tables == 1 ? table : nullptr, output};
+}
 
 // ggml's RPC client aborts the process when it cannot connect, so every endpoint is first tried
 // here, with a deadline, to turn the common failure into an error.
@@ -80,7 +97,7 @@ void add_local_gpus(std::vector<ggml_backend_dev_t>* devices) {
   for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
     ggml_backend_dev_t dev = ggml_backend_dev_get(i);
     const auto type = ggml_backend_dev_type(dev);
-    if (!is_rpc_device(dev) && (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU)) devices->push_back(dev);
+    if (!datapath::is_rpc_device(dev) && (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU)) devices->push_back(dev);
   }
 }
 
@@ -122,7 +139,7 @@ Status start_in_process_rpc_server(const std::string& endpoint, int threads) {
 
 void ModelDeleter::operator()(llama_model* m) const {
   llama_model_free(m);
-  release_worker_embedding(m);
+  if (worker_embedding != nullptr) ggml_backend_buffer_free(worker_embedding);
 }
 
 uint64_t input_slot_bytes(const Placement& p, bool on, const llama_model* model, uint32_t n_ctx, uint32_t n_seq,
@@ -132,7 +149,7 @@ uint64_t input_slot_bytes(const Placement& p, bool on, const llama_model* model,
   // The planner's shape (plan/memory_model.cpp): each sequence's cells rounded up to 256.
   const uint64_t per_stream = (n_ctx / std::max<uint32_t>(1, n_seq) + 255) / 256 * 256;
   const uint64_t tokens = std::min<uint64_t>(n_ubatch, per_stream * std::max<uint32_t>(1, n_seq));
-  return tandem::input_slot_bytes(static_cast<uint64_t>(llama_model_n_embd(model)), tokens, per_stream);
+  return datapath::input_slot_bytes(static_cast<uint64_t>(llama_model_n_embd(model)), tokens, per_stream);
 }
 
 Result<std::vector<std::string>> offload_devices(const Placement& placement) {
@@ -148,9 +165,9 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   llama_backend_init();
   // Before anything reaches ggml: a split whose data path ggml bypasses would compute on inputs
   // never written, so the engine refuses to load at all.
-  if (Status s = install_scheduler_hooks(); !s.is_ok()) return s;
-  set_local_casts(o.placement.local_casts);
-  set_serial_runs(!o.placement.overlap);
+  if (Status s = datapath::install_scheduler_hooks(); !s.is_ok()) return s;
+  datapath::set_local_casts(o.placement.local_casts);
+  datapath::set_serial_runs(!o.placement.overlap);
   take_last_llama_error();
   auto info = plan::read_model_info(o.model);
   if (!info.is_ok()) return info.status();
@@ -194,7 +211,7 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   std::vector<llama_model_tensor_buft_override> overrides;
   ggml_backend_dev_t last_local = nullptr;
   for (ggml_backend_dev_t d : devices.value()) {
-    if (!is_rpc_device(d)) last_local = d;
+    if (!datapath::is_rpc_device(d)) last_local = d;
   }
   if (last_local != nullptr && !p.rpc_servers.empty() && p.output_on_head && !p.workers_first) {
     overrides.push_back({"^output\\.weight$", ggml_backend_dev_buffer_type(last_local)});
@@ -214,12 +231,12 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
     mp.progress_callback_user_data = &progress;
   }
   // The device of layer 0, when it is a worker's, gathers the token embedding's rows itself
-  // (engine/worker_embedding.h).
+  // (datapath/worker_embedding.h).
   ggml_backend_dev_t embedding_device = nullptr;
   if (p.embedding_on_worker && p.cpu_layers == 0) {
     for (size_t i = 0; i < p.device_layers.size() && i < devices->size(); ++i) {
       if (p.device_layers[i] == 0) continue;
-      if (is_rpc_device(devices.value()[i])) embedding_device = devices.value()[i];
+      if (datapath::is_rpc_device(devices.value()[i])) embedding_device = devices.value()[i];
       break;
     }
   }
@@ -228,7 +245,7 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
     CachedUploadPlan cp;
     cp.model = o.model;
     long local = 0;
-    for (ggml_backend_dev_t d : devices.value()) local += is_rpc_device(d) ? 0 : 1;
+    for (ggml_backend_dev_t d : devices.value()) local += datapath::is_rpc_device(d) ? 0 : 1;
     const long remote = static_cast<long>(devices->size()) - local;
     if (p.workers_first) {
       cp.first_layer = p.cpu_layers;
@@ -250,7 +267,9 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   ModelPtr model(llama_model_load_from_file(o.model.c_str(), mp));
   if (model && embedding_device != nullptr) {
     // Before the cached uploads end: the table is one more weight the worker may hold.
-    auto moved = move_embedding_to_worker(model.get(), embedding_device);
+    const auto [table, has_output] = token_embedding(model.get());
+    auto moved = datapath::move_embedding_to_worker(table, has_output, embedding_device);
+    if (moved.is_ok()) model.get_deleter().worker_embedding = moved->buffer;
     const std::string dev = ggml_backend_dev_name(embedding_device);
     if (!moved.is_ok()) {
       log::warn("engine", "token embedding stays on the head, which sends each batch's rows instead: " + moved.status().message() +

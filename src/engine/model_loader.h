@@ -10,17 +10,18 @@
 
 #include "common/status.h"
 #include "datapath/switches.h"
-#include "engine/ggml_devices.h"
+#include "datapath/ggml_devices.h"
 
 struct llama_model;
 struct ggml_backend_device;
+struct ggml_backend_buffer;
 
 namespace tandem::engine {
 
 // Where the layers go. Offload devices are the local GPUs (when `use_local_gpus`) followed by the
 // devices of each RPC server, in the order given, or the other way round (`workers_first`).
 // Where the layers go, and the data path's switches (datapath/switches.h: each on by default).
-struct Placement : DataPathSwitches {
+struct Placement : datapath::DataPathSwitches {
   std::vector<std::string> rpc_servers;  // "host:port" of ggml RPC servers (or tandem forwarders)
   bool use_local_gpus = true;
   int cpu_layers = 0;                    // the first layers stay on the host CPU
@@ -44,7 +45,7 @@ struct Placement : DataPathSwitches {
   // endpoints that reach a tandem worker, and only with an explicit `device_layers`.
   std::map<std::string, std::string> cache_listings;
   // RPC endpoints that reach a tandem worker of this build (through a link forwarder): a step's
-  // inputs that repeat across layers cross the link once (common/input_reuse.h). Never a stock
+  // inputs that repeat across layers cross the link once (datapath/input_reuse.h). Never a stock
   // RPC server, which would store the markers as data. Needs `async_rpc_writes`.
   std::set<std::string> tandem_workers;
   // The slots' size on each device instead of the planner's (input_slot_bytes): for tests of the
@@ -65,7 +66,11 @@ struct LoadOptions {
   std::function<bool(float)> progress;
 };
 
+// What a loaded model holds beyond libllama's own, freed with it.
 struct ModelDeleter {
+  // The worker buffer holding the token embedding when it was moved (datapath/worker_embedding.h);
+  // libllama's own memory breakdown does not know it.
+  ggml_backend_buffer* worker_embedding = nullptr;
   void operator()(llama_model* m) const;
 };
 using ModelPtr = std::unique_ptr<llama_model, ModelDeleter>;
@@ -80,7 +85,7 @@ Status start_in_process_rpc_server(const std::string& endpoint, int threads);
 // Names of the offload devices `placement` would use, in order (e.g. "CUDA0", "RPC0[127.0.0.1:7071]").
 Result<std::vector<std::string>> offload_devices(const Placement& placement);
 
-// The input slots' size on each device (common/input_reuse.h) for `model` under a context of
+// The input slots' size on each device (datapath/input_reuse.h) for `model` under a context of
 // `n_ctx` cells shared by `n_seq` sequences and batches of `n_ubatch` tokens, as the planner counts
 // them unless `p` gives one; 0 when `on` (one of `p`'s two switches) is false.
 uint64_t input_slot_bytes(const Placement& p, bool on, const llama_model* model, uint32_t n_ctx, uint32_t n_seq,

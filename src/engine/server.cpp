@@ -16,8 +16,8 @@
 
 #include "common/log.h"
 #include "common/units.h"
-#include "engine/local_inputs.h"
-#include "engine/rpc_writes.h"
+#include "datapath/local_inputs.h"
+#include "datapath/rpc_writes.h"
 #include "engine/unix_socket.h"
 #include "plan/model_info.h"
 
@@ -132,8 +132,8 @@ class Server {
   Clock::time_point load_start_;            // guarded by mutex_
   double last_broadcast_fraction_ = -1;     // guarded by mutex_
   ModelPtr model_;                          // written once by the loader, before scheduler_
-  std::unique_ptr<AsyncRpcWrites> rpc_writes_;  // with RPC servers; written by the loader, outlives scheduler_
-  std::unique_ptr<LocalInputCopies> local_inputs_;  // written by the loader, outlives scheduler_
+  std::unique_ptr<datapath::AsyncRpcWrites> rpc_writes_;  // with RPC servers; written by the loader, outlives scheduler_
+  std::unique_ptr<datapath::LocalInputCopies> local_inputs_;  // written by the loader, outlives scheduler_
   std::unique_ptr<Scheduler> scheduler_;    // guarded by mutex_; set once, reset only after the readers are joined
   std::vector<std::shared_ptr<Connection>> connections_;  // guarded by mutex_
 };
@@ -188,8 +188,8 @@ void Server::load() {
     return input_slot_bytes(p, on, model_.get(), static_cast<uint32_t>(so.context * so.parallel), static_cast<uint32_t>(so.parallel),
                             static_cast<uint32_t>(so.batch));
   };
-  if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes_ = std::make_unique<AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
-  if (p.queue_local_inputs) local_inputs_ = std::make_unique<LocalInputCopies>(slots(p.local_input_slots));
+  if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes_ = std::make_unique<datapath::AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
+  if (p.queue_local_inputs) local_inputs_ = std::make_unique<datapath::LocalInputCopies>(slots(p.local_input_slots));
   auto scheduler = Scheduler::create(model_.get(), config_.scheduler);
   if (!scheduler.is_ok()) return set_failed(scheduler.status().message());
   {

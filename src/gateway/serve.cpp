@@ -38,11 +38,11 @@ std::string default_model_id(const std::string& path) {
 
 }  // namespace
 
-std::string engine_flags_list() { return switch_flags_list(); }
+std::string engine_flags_list() { return datapath::switch_flags_list(); }
 
 Status check_engine_flags(const std::vector<std::string>& flags) {
   for (const std::string& f : flags) {
-    if (find_data_path_switch(f) != nullptr) continue;
+    if (datapath::find_data_path_switch(f) != nullptr) continue;
     return Status::invalid_argument("'" + f + "' is not an engine flag serve passes on to the engine; these are: " +
                                     engine_flags_list() + " ([model] engine_flags, --engine-flag)");
   }

@@ -271,7 +271,7 @@ void Supervisor::spawn_engine() {
   for (auto& f : forwarders_) rpc += (rpc.empty() ? "" : ",") + std::string("127.0.0.1:") + std::to_string(f->port());
   if (!rpc.empty()) args.insert(args.end(), {"--rpc", rpc});
   // Every forwarder reaches a tandem worker whose link protocol matched ours: it takes the
-  // engine's input-reuse markers (common/input_reuse.h).
+  // engine's input-reuse markers (datapath/input_reuse.h).
   for (auto& f : forwarders_) args.insert(args.end(), {"--tandem-worker", "127.0.0.1:" + std::to_string(f->port())});
   if (!options_.device_layers.empty()) args.insert(args.end(), {"--layer-split", join(options_.device_layers)});
   if (options_.workers_first) args.push_back("--workers-first");

@@ -18,13 +18,17 @@
 //   mac_c = HMAC-SHA256(secret, "tandem-link/1 client" 0x00 | HELLO frame | CHALLENGE frame)
 //
 // After VERDICT ok, an `rpc` connection carries ggml RPC bytes unchanged, a `control`
-// connection JSON lines (see control.h).
+// connection JSON lines (see control.h). Inside those RPC bytes, the head may send a tandem worker
+// of the same build three markers as the data of an ordinary SET_TENSOR (the second half of this
+// header): they keep their place among the connection's other commands, and a stock RPC server
+// would store them as data, so only a peer that passed this handshake gets one.
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -143,5 +147,59 @@ using AdmitFn = std::function<Verdict(const PeerInfo&)>;
 // receives what the peer claimed in its HELLO (unauthenticated unless the result is ok), for logs.
 Result<PeerInfo> server_handshake(int fd, const Secret& secret, const HandshakeOptions& options, const AdmitFn& admit,
                                   PeerInfo* seen = nullptr);
+
+// ---- The data path's markers (docs/protocol.md, "Markers in SET_TENSOR data") ----
+//
+// Each is the whole data of one SET_TENSOR and starts with 16 bytes of magic; integers are
+// little-endian. A parse function returns nullopt for any other bytes, so that ordinary data that
+// is not a marker is written as data.
+
+// A weight to load from the worker's cache (common/cached_tensor.h names it by the FNV-1a of its
+// bytes): "tandem-cached-v1", hash and size as u64. The worker's splice answers for it and its RPC
+// child loads the file (worker/cache_loader.h); engine/cached_upload.h sends it.
+constexpr size_t kCachedMarkerSize = 32;
+struct CachedMarker {
+  uint64_t hash = 0;   // FNV-1a of the whole tensor
+  uint64_t bytes = 0;  // its size: the cache file must have exactly this many
+};
+std::array<uint8_t, kCachedMarkerSize> encode_cached_marker(const CachedMarker& m);
+std::optional<CachedMarker> parse_cached_marker(const uint8_t* data, size_t n);
+
+// A step input the worker keeps in, or copies from, one of its reuse slots on the device
+// (datapath/input_reuse.h): "tandem-reuse-v1\n", op and slot as u32, bytes and session as u64,
+// drop as u32, 4 bytes of zeros.
+constexpr uint32_t kReuseSlots = 8;
+constexpr size_t kReuseMarkerSize = 48;
+enum class ReuseOp : uint32_t { keep = 1, copy = 2 };
+struct ReuseMarker {
+  ReuseOp op = ReuseOp::keep;
+  uint32_t slot = 0;     // < kReuseSlots
+  uint64_t bytes = 0;    // what is kept or copied, starting at the write's offset
+  uint64_t session = 0;  // the head's connection: a new value starts with empty slots
+  uint32_t drop = 0;     // keep only: slots (bit i: slot i) the head no longer counts on, to free
+};
+std::array<uint8_t, kReuseMarkerSize> encode_reuse_marker(const ReuseMarker& m);
+// nullopt also for an unknown op, a slot out of range, zero bytes or a drop of unknown slots.
+std::optional<ReuseMarker> parse_reuse_marker(const void* data, size_t n);
+
+// A step input sent as runs of equal 32-bit words (a prompt chunk's masks are mostly long runs of
+// one value, and grow with the positions in the cache): "tandem-runs-v1\n\0", the expanded size as
+// u64, the number of runs as u32, 4 bytes of zeros, then per run its length in words (u32, at
+// least 1) and the word (4 bytes as they were). The runs cover exactly the expanded size, a
+// multiple of 4. The head's datapath/rpc_writes.h encodes, the worker's datapath/input_writes.h
+// expands in place.
+constexpr size_t kWordRunsHeader = 32;
+// Inputs smaller than this go as they are: little to gain, and a scan on the step's path.
+constexpr size_t kWordRunsMinBytes = 64 * 1024;
+// `n` bytes at `data` as runs, when that takes at most `n / 8` bytes; nullopt otherwise (a size
+// that is not a multiple of 4, too small, or not repetitive enough: the scan stops as soon as the
+// runs pass that limit, so incompressible data costs a fraction of a pass).
+std::optional<std::vector<uint8_t>> encode_word_runs(const void* data, size_t n);
+// The expanded size of the encoding in `data` (`n` bytes), or nullopt when `data` is not one. Checks
+// the whole encoding, so that a `decode_word_runs` of it into that many bytes cannot fail.
+std::optional<uint64_t> word_runs_size(const void* data, size_t n);
+// Expands the encoding into `out`, which holds word_runs_size(data, n) bytes; false when it is not
+// a valid encoding of that size.
+bool decode_word_runs(const void* data, size_t n, void* out, size_t out_n);
 
 }  // namespace tandem::link

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "common/input_reuse.h"
+#include "datapath/input_reuse.h"
 #include "ggml.h"
 
 namespace tandem::plan {
@@ -162,13 +162,13 @@ Result<ModelCosts> model_costs(const ModelInfo& info, const MemoryOptions& o) {
   c.compute_pipeline_extra = 3 * g.kv_per_stream * g.tokens * f32 + 12 * resid;
   c.embedding_rows = resid;
   c.host_output = uint64_t{info.n_vocab} * f32 * o.parallel;
-  c.input_slots = input_slot_bytes(info.n_embd, g.tokens, g.kv_per_stream);
+  c.input_slots = datapath::input_slot_bytes(info.n_embd, g.tokens, g.kv_per_stream);
   // A worker holding sparse layers keeps the batch's repeated inputs in reuse slots
-  // (common/input_reuse.h): the position mask (positions x batch tokens) and the block bias, up to
+  // (datapath/input_reuse.h): the position mask (positions x batch tokens) and the block bias, up to
   // the head's budget, allocated at most a quarter larger than what they hold.
   if (c.sparse_before[info.n_layer] > 0) {
     const uint64_t mask = g.kv_per_stream * g.tokens * f32;
-    c.worker_reuse_slots = std::min<uint64_t>(mask + mask / 64, kReuseBudget) * 5 / 4;
+    c.worker_reuse_slots = std::min<uint64_t>(mask + mask / 64, datapath::kReuseBudget) * 5 / 4;
   }
   return c;
 }

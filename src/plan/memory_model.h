@@ -3,7 +3,7 @@
 // The model follows what the pinned llama.cpp allocates (see docs/planning.md):
 //   - weights: every tensor of layer N goes with layer N; the token embedding stays on the head's
 //     CPU (llama.cpp never offloads the input layer), and a worker that runs layer 0 holds a copy
-//     (engine/worker_embedding.h, counted by the solver); the output head and final norm go
+//     (datapath/worker_embedding.h, counted by the solver); the output head and final norm go
 //     with the last offload device (llama.cpp counts them as one more layer);
 //   - KV cache: K and V rows for every cell of every sequence, on the device of their layer, in
 //     the KV type; MiniMax-M3's sparse layers add an indexer key cache of one head;
@@ -69,7 +69,7 @@ struct ModelCosts {
   // batch's rows and masks with a coefficient measured on the test models.
   uint64_t compute_pipeline_extra = 0;
   // A batch's embedding rows (tokens x n_embd x 4 B). When the worker that runs layer 0 gathers
-  // them (engine/worker_embedding.h), the head's CPU stages two such buffers fewer, and under
+  // them (datapath/worker_embedding.h), the head's CPU stages two such buffers fewer, and under
   // pipeline parallelism that worker keeps four fewer (they are no longer a graph input).
   uint64_t embedding_rows = 0;
   uint64_t host_output = 0;      // the context's logits buffer on the head

@@ -55,7 +55,7 @@ uint64_t device_compute(const ModelCosts& c, const FlatDevice& f, int first, int
 }
 
 // A worker's device that runs layer 0 also holds a copy of the token embedding and gathers each
-// batch's rows (engine/worker_embedding.h); the head keeps its own mapping of it.
+// batch's rows (datapath/worker_embedding.h); the head keeps its own mapping of it.
 bool gathers_embedding(const FlatDevice& f, int first, int count, bool on) { return on && f.node != 0 && first == 0 && count > 0; }
 
 int64_t picoseconds(uint64_t bytes, double bandwidth) {

@@ -9,7 +9,7 @@
 // otherwise receives the data and saves it there. Tensors of 10 MiB or less always travel that way.
 // Seeding writes those files from the worker's own copy of the model, for every weight above
 // kSeedThreshold (1 MiB), so a load from the head sends hashes, or tandem's markers
-// (common/cached_tensor.h, which also go below ggml's threshold, and which the RPC child loads
+// (link/protocol.h, which also go below ggml's threshold, and which the RPC child loads
 // itself: worker/cache_loader.h), instead of weights.
 #pragma once
 

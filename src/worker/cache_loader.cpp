@@ -21,8 +21,13 @@
 #include "datapath/interpose.h"
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "link/protocol.h"
 
 namespace tandem::worker {
+
+using link::CachedMarker;
+using link::kCachedMarkerSize;
+using link::parse_cached_marker;
 namespace {
 
 struct Fd {
@@ -142,7 +147,7 @@ Status CacheLoader::load(ggml_tensor* tensor, const CachedMarker& marker) {
         failed = true;
         return;
       }
-      if (!direct) real_tensor_set()(tensor, dst, off, len);
+      if (!direct) datapath::real_tensor_set()(tensor, dst, off, len);
     }
   };
   const unsigned n = static_cast<unsigned>(std::min<uint64_t>(impl_->readers, chunks));
@@ -190,12 +195,12 @@ bool load_marker(ggml_tensor* tensor, const void* data, size_t offset, size_t si
 }  // namespace
 
 Status install_cache_loader(CacheLoaderOptions options) {
-  if (!tensor_set_interposed()) {
+  if (!datapath::tensor_set_interposed()) {
     return Status::internal("this tandem binary does not interpose ggml_backend_tensor_set, so it cannot load cached "
                             "weights (a build problem)");
   }
   g_loader = std::make_unique<CacheLoader>(std::move(options));
-  add_tensor_set_hook(&load_marker);
+  datapath::add_tensor_set_hook(&load_marker);
   return Status::ok();
 }
 

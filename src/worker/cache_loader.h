@@ -1,5 +1,5 @@
 // The RPC child's loader of cached weights: when the head sends a 32-byte marker
-// (common/cached_tensor.h) in place of a weight, ggml's RPC server hands it to
+// (link/protocol.h) in place of a weight, ggml's RPC server hands it to
 // `ggml_backend_tensor_set` as if it were the weight's data; the child's hook (datapath/
 // interpose.h) recognises it and fills the weight from `<cache>/<hash>` instead.
 //
@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/cached_tensor.h"
+#include "link/protocol.h"
 #include "common/status.h"
 
 struct ggml_tensor;
@@ -43,7 +44,7 @@ class CacheLoader {
 
   // Fills `tensor` (whole: the marker's size must be ggml_nbytes(tensor)) from the cache file the
   // marker names. Errors: no such file, a size that differs, a read that fails or ends early.
-  Status load(ggml_tensor* tensor, const CachedMarker& marker);
+  Status load(ggml_tensor* tensor, const link::CachedMarker& marker);
 
   // Frees the staging buffers (they are allocated again by the next load).
   void release();

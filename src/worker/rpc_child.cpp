@@ -18,7 +18,7 @@
 
 #include "common/log.h"
 #include "worker/cache_loader.h"
-#include "worker/input_writes.h"
+#include "datapath/input_writes.h"
 #include "worker/rpc_server.h"
 
 extern char** environ;
@@ -44,7 +44,7 @@ std::string describe_exit(int st) {
   if (WIFEXITED(st) && WEXITSTATUS(st) == kCacheLoadFailedExit) {
     return "stopped because a cached weight could not be loaded (its log line says which and why)";
   }
-  if (WIFEXITED(st) && WEXITSTATUS(st) == kInputReuseFailedExit) {
+  if (WIFEXITED(st) && WEXITSTATUS(st) == datapath::kInputReuseFailedExit) {
     return "stopped because the head's repeated-input marker named a slot it does not hold (its log line says which)";
   }
   if (WIFEXITED(st)) return "exited with status " + std::to_string(WEXITSTATUS(st));

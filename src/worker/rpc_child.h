@@ -36,7 +36,7 @@ struct RpcChildOptions {
   int threads = 0;                   // CPU threads; 0: all cores
   bool cuda_graphs = true;           // false: GGML_CUDA_DISABLE_GRAPHS=1 in the child's environment
   bool backtraces = false;           // false: GGML_NO_BACKTRACE=1, no gdb output when the child aborts
-  bool async_input_writes = true;    // false: the child writes each step's inputs as ggml does (worker/input_writes.h)
+  bool async_input_writes = true;    // false: the child writes each step's inputs as ggml does (datapath/input_writes.h)
   bool private_netns = true;         // false: do not even try (tests of the fallback)
   link::Millis ready_timeout{60000}; // from spawn until the child listens
   link::Millis restart_delay{1000};

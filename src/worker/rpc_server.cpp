@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "worker/cache_loader.h"
-#include "worker/input_writes.h"
+#include "datapath/input_writes.h"
 
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
@@ -85,7 +85,7 @@ std::atomic<bool> release_requested{false};
 std::atomic<uint64_t> released_session{0};
 
 void on_release_signal(int) {
-  released_session = input_reuse_session();
+  released_session = datapath::input_reuse_session();
   release_requested = true;
 }
 
@@ -101,10 +101,10 @@ void keep_large_blocks_in_heap() {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       if (!release_requested.exchange(false)) continue;
       release_cache_loader();
-      release_input_reuse(released_session.load());
+      datapath::release_input_reuse(released_session.load());
       ::malloc_trim(0);
       char line[200];
-      if (const StepWork w = take_step_work(); w.graphs > 0) {
+      if (const datapath::StepWork w = datapath::take_step_work(); w.graphs > 0) {
         // Against the head's wait for this worker (its one-shot profile), this says what the
         // device's work was and what the hand-over cost.
         std::snprintf(line, sizeof line, "the session's steps: %llu graphs computed in %.2f s (%.2f ms each), "
@@ -147,7 +147,7 @@ Status run_rpc_server(const RpcServerOptions& o) {
     lo.cache_dir = o.cache_dir;
     TANDEM_RETURN_IF_ERROR(install_cache_loader(lo));
   }
-  TANDEM_RETURN_IF_ERROR(install_input_writes(o.async_input_writes));
+  TANDEM_RETURN_IF_ERROR(datapath::install_input_writes(o.async_input_writes));
   if (log::format() == log::Format::json) relay_output_as_records();
   const size_t threads = o.threads > 0 ? static_cast<size_t>(o.threads) : static_cast<size_t>(physical_cores());
   ggml_backend_rpc_start_server(o.endpoint.c_str(), cache, threads, devs->size(), devs->data());

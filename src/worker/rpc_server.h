@@ -15,7 +15,7 @@ struct RpcServerOptions {
   std::vector<std::string> devices;  // ggml device names; empty: the accelerators, else the CPU
   std::string cache_dir;             // empty: no weight cache
   int threads = 0;                   // 0: all cores
-  bool async_input_writes = true;    // worker/input_writes.h; false: ggml's own writes, one wait each
+  bool async_input_writes = true;    // datapath/input_writes.h; false: ggml's own writes, one wait each
 };
 
 // The signal the worker sends its RPC child after each session: give freed memory back.

@@ -11,11 +11,19 @@
 #include <vector>
 
 #include "common/cached_tensor.h"
-#include "common/input_reuse.h"
+#include "datapath/input_reuse.h"
 #include "common/units.h"
 #include "link/splice.h"
+#include "link/protocol.h"
 
 namespace tandem::worker {
+
+using link::ReuseOp;
+using link::kReuseMarkerSize;
+using link::parse_reuse_marker;
+using link::CachedMarker;
+using link::kCachedMarkerSize;
+using link::parse_cached_marker;
 namespace {
 
 // ggml-rpc's private command numbers, checked against the pinned source at build time

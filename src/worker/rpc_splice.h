@@ -1,6 +1,6 @@
 // The worker's half of an `rpc` session: copies ggml RPC traffic between the head's link
 // connection and the local RPC server, as link::splice does, but reading the head's requests frame
-// by frame, so that it can check the engine's cached-weight markers (common/cached_tensor.h)
+// by frame, so that it can check the engine's cached-weight markers (link/protocol.h)
 // against the cache before the RPC child loads them (worker/cache_loader.h), and count what the
 // session did. The link carries 32 bytes per cached weight.
 //
@@ -27,7 +27,7 @@ struct RpcSpliceResult {
   // keeps sending whole graphs defeats the worker's CUDA graphs (its nodes are new every time).
   uint64_t graph_computes = 0;
   uint64_t graph_recomputes = 0;
-  // Step inputs the head sent as copy markers (common/input_reuse.h), and the bytes they stood for.
+  // Step inputs the head sent as copy markers (datapath/input_reuse.h), and the bytes they stood for.
   uint64_t input_copies = 0;
   uint64_t input_bytes_not_sent = 0;
   std::string error;          // why the splice cut the session itself ("" when a peer ended it)

@@ -62,7 +62,7 @@ TEST(Cli, EveryFlagServePassesOnIsAnEngineFlagAndInServesHelp) {
   auto engine = run_tandem("engine --help", dir.file(""));
   ASSERT_EQ(serve.exit_code, 0) << serve.err;
   ASSERT_EQ(engine.exit_code, 0) << engine.err;
-  for (const DataPathSwitch& sw : kDataPathSwitches) {
+  for (const datapath::DataPathSwitch& sw : datapath::kDataPathSwitches) {
     const std::string flag = sw.flag;
     EXPECT_NE(serve.out.find(flag), std::string::npos) << flag << " is not in serve's help";
     EXPECT_NE(engine.out.find(flag + " "), std::string::npos) << flag << " is not an engine flag";

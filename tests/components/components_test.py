@@ -11,7 +11,8 @@ src = os.path.join(root, "src")
 # Lower layers first; a component may use only those of a strictly lower layer.
 LAYERS = [
     ["common"],
-    ["config", "link", "bench", "datapath"],
+    ["config", "link", "bench"],
+    ["datapath"],
     ["plan"],
     ["synth", "cluster"],
     ["engine", "worker"],

@@ -12,7 +12,7 @@
 #include "ggml-backend.h"
 #include "ggml.h"
 
-namespace tandem {
+namespace tandem::datapath {
 namespace {
 
 // A CPU backend, two 4-float tensors and the graph a + a.
@@ -149,4 +149,4 @@ TEST_F(OnTheCpu, ATensorSetHookThatPlacesTheDataKeepsGgmlsOwnFromWritingIt) {
 }
 
 }  // namespace
-}  // namespace tandem
+}  // namespace tandem::datapath

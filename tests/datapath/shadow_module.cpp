@@ -6,7 +6,7 @@
 
 extern "C" const char* tandem_shadow_check() {
   static std::string message;
-  const tandem::Status s = tandem::check_interposition();
+  const tandem::Status s = tandem::datapath::check_interposition();
   message = s.is_ok() ? "" : s.message();
   return message.c_str();
 }

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-namespace tandem {
+namespace tandem::datapath {
 namespace {
 
 TEST(Switches, EveryFlagIsOneSwitchOfItsOwnField) {
@@ -75,4 +75,4 @@ TEST(Switches, TheDocsTableIsTheTable) {
 }
 
 }  // namespace
-}  // namespace tandem
+}  // namespace tandem::datapath

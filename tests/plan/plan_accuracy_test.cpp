@@ -11,7 +11,6 @@
 
 #include "common/build_info.h"
 #include "engine/model_loader.h"
-#include "engine/worker_embedding.h"
 #include "llama-ext.h"  // llama_get_memory_breakdown (exported by libllama, declared in its staging header)
 #include "llama.h"
 #include "plan/solver.h"
@@ -62,8 +61,8 @@ std::map<std::string, Actual> measure(const std::string& model, const engine::Pl
     a.weights += d.model;
     a.total += d.model + d.context + d.compute;
   }
-  // The token embedding moved to the worker of layer 0 (engine/worker_embedding.h), not libllama's.
-  if (ggml_backend_buffer_t table = engine::worker_embedding_buffer(loaded.value().get())) {
+  // The token embedding moved to the worker of layer 0 (datapath/worker_embedding.h), not libllama's.
+  if (ggml_backend_buffer_t table = loaded.value().get_deleter().worker_embedding) {
     Actual& a = device_of(ggml_backend_buffer_get_type(table));
     a.weights += ggml_backend_buffer_get_size(table);
     a.total += ggml_backend_buffer_get_size(table);

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/input_reuse.h"
+#include "datapath/input_reuse.h"
 #include "ggml.h"
 
 namespace tandem::plan {
@@ -139,7 +139,7 @@ TEST(Solver, AGpuHeadRunsTheLastLayersAndTheOutputHeadAfterTheWorkers) {
 }
 
 // The worker that runs layer 0 also holds a copy of the token embedding and gathers each batch's
-// rows (engine/worker_embedding.h); the head keeps its own. A worker after the head's layers does not.
+// rows (datapath/worker_embedding.h); the head keeps its own. A worker after the head's layers does not.
 TEST(Solver, TheWorkerThatRunsLayerZeroHoldsACopyOfTheTokenEmbedding) {
   auto gpu_head = solve(toy_model(10, 10), {node("a", 80), node("b", 80)}, options());
   ASSERT_TRUE(gpu_head.is_ok() && gpu_head->fits) << gpu_head->failure;
@@ -306,7 +306,7 @@ TEST(MemoryModel, SparseLayersAddTheIndexerKeyCache) {
 }
 
 // A worker holding sparse layers keeps a prompt chunk's position mask in its reuse slots
-// (common/input_reuse.h), up to the head's budget; a dense model, or the head, holds none.
+// (datapath/input_reuse.h), up to the head's budget; a dense model, or the head, holds none.
 TEST(MemoryModel, AWorkersSparseLayersHoldTheRepeatedInputSlots) {
   ModelInfo m = sparse_toy_model(10, 10);
   MemoryOptions o;
@@ -316,7 +316,7 @@ TEST(MemoryModel, AWorkersSparseLayersHoldTheRepeatedInputSlots) {
   const uint64_t mask = 4096u * 512 * 4;  // positions x chunk tokens x f32: 8 MiB
   EXPECT_EQ(c->worker_reuse_slots, (mask + mask / 64) * 5 / 4);
   o.context = 1u << 20;
-  EXPECT_EQ(model_costs(m, o)->worker_reuse_slots, kReuseBudget * 5 / 4);
+  EXPECT_EQ(model_costs(m, o)->worker_reuse_slots, datapath::kReuseBudget * 5 / 4);
   EXPECT_EQ(model_costs(toy_model(10, 10), o)->worker_reuse_slots, 0u);
 
   // The worker's share of a plan counts them, the head's does not.
@@ -342,7 +342,7 @@ TEST(MemoryModel, AWorkersSparseLayersHoldTheRepeatedInputSlots) {
   EXPECT_TRUE(worker_sparse);
 }
 
-// The input slots (common/input_reuse.h): a step's hidden state and three masks, at most 64 MiB,
+// The input slots (datapath/input_reuse.h): a step's hidden state and three masks, at most 64 MiB,
 // on every device that reads a step's inputs (layers or the output head) but the head's CPU.
 TEST(MemoryModel, EveryDeviceThatReadsAStepsInputsHoldsTheInputSlots) {
   ModelInfo m = sparse_toy_model(10, 10);
@@ -352,7 +352,7 @@ TEST(MemoryModel, EveryDeviceThatReadsAStepsInputsHoldsTheInputSlots) {
   ASSERT_TRUE(c.is_ok());
   EXPECT_EQ(c->input_slots, 512u * 64 * 4 + 3u * 4096 * 512 * 4 + (256u << 10));  // T x embd, 3 masks, small ones
   o.context = 1u << 20;
-  EXPECT_EQ(model_costs(m, o)->input_slots, kInputSlotBytes);
+  EXPECT_EQ(model_costs(m, o)->input_slots, datapath::kInputSlotBytes);
 
   // A CPU head holding layers holds none; its workers do, with layers or only the output head.
   PlanOptions po = options();

@@ -13,6 +13,11 @@
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "test_util.h"
+#include "link/protocol.h"
+
+using tandem::link::CachedMarker;
+using tandem::link::kCachedMarkerSize;
+using tandem::link::encode_cached_marker;
 
 namespace tandem::worker {
 namespace {

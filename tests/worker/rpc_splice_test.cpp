@@ -15,6 +15,9 @@
 #include "common/cached_tensor.h"
 #include "link/socket_pair.h"
 #include "test_util.h"
+#include "link/protocol.h"
+
+using tandem::link::encode_cached_marker;
 
 namespace tandem::worker {
 namespace {

@@ -21,6 +21,10 @@
 #include "synth/presets.h"
 #include "synth/writer.h"
 #include "worker_env.h"
+#include "link/protocol.h"
+
+using tandem::link::encode_cached_marker;
+using tandem::link::parse_cached_marker;
 
 namespace tandem::worker {
 namespace {

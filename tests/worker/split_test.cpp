@@ -17,9 +17,9 @@
 
 #include "common/build_info.h"
 #include "engine/generate.h"
-#include "engine/local_casts.h"
-#include "engine/rpc_writes.h"
-#include "engine/worker_embedding.h"
+#include "datapath/local_casts.h"
+#include "datapath/rpc_writes.h"
+#include "datapath/worker_embedding.h"
 #include "plan/model_info.h"
 #include "link/forwarder.h"
 #include "synth/presets.h"
@@ -114,7 +114,7 @@ TEST_F(Split, TwoWorkersThroughForwardersGiveTheTokensOfOneProcess) {
 }
 
 // A long prompt's sparse-attention inputs repeat in every worker layer: to a tandem worker they
-// cross the link once per step (common/input_reuse.h) and the tokens stay those of one process.
+// cross the link once per step (datapath/input_reuse.h) and the tokens stay those of one process.
 TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
   const GenerateOptions longer = long_prompt_options(model_, 8);
   auto alone = generate(longer);
@@ -131,8 +131,8 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
     split.placement.reuse_inputs = reuse;
     split.placement.worker_input_slots = false;  // the path of inputs beyond the slots
     split.placement.input_runs = false;          // the masks' bytes otherwise
-    const uint64_t copies = AsyncRpcWrites::reused_writes(), spared = AsyncRpcWrites::bytes_not_sent();
-    const uint64_t identified = AsyncRpcWrites::identified_writes();
+    const uint64_t copies = datapath::AsyncRpcWrites::reused_writes(), spared = datapath::AsyncRpcWrites::bytes_not_sent();
+    const uint64_t identified = datapath::AsyncRpcWrites::identified_writes();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (reuse ? "with" : "without") << " input reuse";
@@ -142,10 +142,10 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
     EXPECT_EQ(through->decode_profile.runs, static_cast<uint64_t>(longer.n_predict - 1));
     EXPECT_GT(through->prefill_profile.to_workers_s, 0.0);
     if (reuse) {
-      EXPECT_GE(AsyncRpcWrites::reused_writes() - copies, 4u);  // mask and bias, 2 more layers, first chunk
-      EXPECT_GE(AsyncRpcWrites::bytes_not_sent() - spared, 2u << 20);
+      EXPECT_GE(datapath::AsyncRpcWrites::reused_writes() - copies, 4u);  // mask and bias, 2 more layers, first chunk
+      EXPECT_GE(datapath::AsyncRpcWrites::bytes_not_sent() - spared, 2u << 20);
       // The scheduler's copies of one host tensor within a run are recognised without comparing.
-      EXPECT_GE(AsyncRpcWrites::identified_writes() - identified, 4u);
+      EXPECT_GE(datapath::AsyncRpcWrites::identified_writes() - identified, 4u);
       EXPECT_TRUE(w.wait_log("repeated inputs copied here")) << w.log();
       // The child says what the session's steps cost it: a graph per scheduler run at least.
       ASSERT_TRUE(w.wait_log("graphs computed in")) << w.log();
@@ -154,13 +154,13 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
       ASSERT_TRUE(std::regex_search(log, m, std::regex("the session's steps: ([0-9]+) graphs computed"))) << log;
       EXPECT_GE(std::stoull(m[1]), 2u + static_cast<uint64_t>(longer.n_predict - 1)) << log;
     } else {
-      EXPECT_EQ(AsyncRpcWrites::reused_writes(), copies);
+      EXPECT_EQ(datapath::AsyncRpcWrites::reused_writes(), copies);
     }
   }
   EXPECT_LT(sent[1] + (2u << 20), sent[0]) << "with reuse " << sent[1] << " bytes, without " << sent[0];
 }
 
-// Input slots (engine/rpc_writes.h, redirect_rpc_input): the worker reads a step's
+// Input slots (datapath/rpc_writes.h, redirect_rpc_input): the worker reads a step's
 // repeated inputs from one copy the head keeps on it; the tokens stay those of one process, through
 // prompt chunks and decode steps whose graphs the worker keeps and runs again.
 TEST_F(Split, WorkerInputSlotsGiveTheTokensOfOneProcessWithFewerBytes) {
@@ -178,17 +178,17 @@ TEST_F(Split, WorkerInputSlotsGiveTheTokensOfOneProcessWithFewerBytes) {
     split.placement.reuse_inputs = false;  // the bytes of every copy otherwise
     split.placement.input_runs = false;
     split.placement.worker_input_slots = slots;
-    const uint64_t slotted = AsyncRpcWrites::slotted_inputs(), spared = AsyncRpcWrites::slot_bytes_not_sent();
+    const uint64_t slotted = datapath::AsyncRpcWrites::slotted_inputs(), spared = datapath::AsyncRpcWrites::slot_bytes_not_sent();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (slots ? "with" : "without") << " input slots";
     sent[slots] = f->stats().bytes_to_worker;
     if (slots) {
       // Every run's inputs of the worker's 3 layers: 2 prompt chunks and 11 decode steps.
-      EXPECT_GE(AsyncRpcWrites::slotted_inputs() - slotted, 13u * 3u);
-      EXPECT_GE(AsyncRpcWrites::slot_bytes_not_sent() - spared, 2u << 20);
+      EXPECT_GE(datapath::AsyncRpcWrites::slotted_inputs() - slotted, 13u * 3u);
+      EXPECT_GE(datapath::AsyncRpcWrites::slot_bytes_not_sent() - spared, 2u << 20);
     } else {
-      EXPECT_EQ(AsyncRpcWrites::slotted_inputs(), slotted);
+      EXPECT_EQ(datapath::AsyncRpcWrites::slotted_inputs(), slotted);
     }
   }
   EXPECT_LT(sent[1] + (2u << 20), sent[0]) << "with slots " << sent[1] << " bytes, without " << sent[0];
@@ -209,16 +209,16 @@ TEST_F(Split, InputsBeyondTheWorkerInputSlotsTakeTheOtherPaths) {
   GenerateOptions split = through_worker(longer, *f);
   split.placement.tandem_workers = {local(*f)};
   split.placement.input_slot_bytes = 1u << 20;
-  const uint64_t slotted = AsyncRpcWrites::slotted_inputs(), copies = AsyncRpcWrites::reused_writes();
+  const uint64_t slotted = datapath::AsyncRpcWrites::slotted_inputs(), copies = datapath::AsyncRpcWrites::reused_writes();
   auto through = generate(split);
   ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
   EXPECT_EQ(through->tokens, alone->tokens);
-  EXPECT_GE(AsyncRpcWrites::slotted_inputs() - slotted, 9u * 3u);  // 2 chunks and 7 decode steps, 3 layers
-  EXPECT_GE(AsyncRpcWrites::reused_writes() - copies, 4u);         // masks beyond the slots, 2 more layers
+  EXPECT_GE(datapath::AsyncRpcWrites::slotted_inputs() - slotted, 9u * 3u);  // 2 chunks and 7 decode steps, 3 layers
+  EXPECT_GE(datapath::AsyncRpcWrites::reused_writes() - copies, 4u);         // masks beyond the slots, 2 more layers
 }
 
 // A prompt chunk's masks are mostly runs of one value: to a tandem worker they go as runs
-// (common/word_runs.h), expanded by its RPC child; the tokens stay those of one process and the
+// (link/protocol.h), expanded by its RPC child; the tokens stay those of one process and the
 // link carries less.
 TEST_F(Split, MasksGoToATandemWorkerAsRunsAndTheTokensStayTheSame) {
   const GenerateOptions longer = long_prompt_options(model_, 6);
@@ -234,16 +234,16 @@ TEST_F(Split, MasksGoToATandemWorkerAsRunsAndTheTokensStayTheSame) {
     GenerateOptions split = through_worker(longer, *f);
     split.placement.tandem_workers = {local(*f)};
     split.placement.input_runs = runs;
-    const uint64_t inputs = AsyncRpcWrites::run_inputs(), spared = AsyncRpcWrites::run_bytes_not_sent();
+    const uint64_t inputs = datapath::AsyncRpcWrites::run_inputs(), spared = datapath::AsyncRpcWrites::run_bytes_not_sent();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (runs ? "with" : "without") << " runs";
     sent[runs] = f->stats().bytes_to_worker;
     if (runs) {
-      EXPECT_GE(AsyncRpcWrites::run_inputs() - inputs, 2u);  // a mask of each prompt chunk at least
-      EXPECT_GE(AsyncRpcWrites::run_bytes_not_sent() - spared, 1u << 20);
+      EXPECT_GE(datapath::AsyncRpcWrites::run_inputs() - inputs, 2u);  // a mask of each prompt chunk at least
+      EXPECT_GE(datapath::AsyncRpcWrites::run_bytes_not_sent() - spared, 1u << 20);
     } else {
-      EXPECT_EQ(AsyncRpcWrites::run_inputs(), inputs);
+      EXPECT_EQ(datapath::AsyncRpcWrites::run_inputs(), inputs);
     }
   }
   EXPECT_LT(sent[1] + (1u << 20), sent[0]) << "with runs " << sent[1] << " bytes, without " << sent[0];
@@ -300,27 +300,27 @@ TEST_F(Split, AMaskOneWorkerMadeCrossesOncePerStepOrIsMadeOnTheHead) {
   for (bool casts : {false, true}) {
     GenerateOptions run = *split;
     run.placement.local_casts = casts;  // --no-local-casts when false
-    const uint64_t before = two.f1->stats().bytes_from_worker, made = local_casts();
-    const uint64_t relayed = AsyncRpcWrites::relayed_results(), not_read = AsyncRpcWrites::relayed_bytes_not_read();
+    const uint64_t before = two.f1->stats().bytes_from_worker, made = datapath::local_casts();
+    const uint64_t relayed = datapath::AsyncRpcWrites::relayed_results(), not_read = datapath::AsyncRpcWrites::relayed_bytes_not_read();
     auto through = generate(run);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << two.w1.log() << two.w2.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (casts ? "made on the head" : "read from the worker");
     from_first[casts] = two.f1->stats().bytes_from_worker - before;
     if (casts) {
-      EXPECT_GE(local_casts() - made, 2u);  // at least one per prompt chunk
-      EXPECT_EQ(AsyncRpcWrites::relayed_results() - relayed, 0u);
+      EXPECT_GE(datapath::local_casts() - made, 2u);  // at least one per prompt chunk
+      EXPECT_EQ(datapath::AsyncRpcWrites::relayed_results() - relayed, 0u);
     } else {
-      EXPECT_EQ(local_casts() - made, 0u);
+      EXPECT_EQ(datapath::local_casts() - made, 0u);
       // Per prompt chunk the second worker's two layers each copy the mask: one read, one repeat.
-      EXPECT_GE(AsyncRpcWrites::relayed_results() - relayed, 2u);
-      EXPECT_GE(AsyncRpcWrites::relayed_bytes_not_read() - not_read, 1u << 20);  // the first chunk's 512 × 512 × 4
+      EXPECT_GE(datapath::AsyncRpcWrites::relayed_results() - relayed, 2u);
+      EXPECT_GE(datapath::AsyncRpcWrites::relayed_bytes_not_read() - not_read, 1u << 20);  // the first chunk's 512 × 512 × 4
     }
   }
   EXPECT_LE(from_first[1] + (1u << 20), from_first[0]) << from_first[1] << " against " << from_first[0];
 }
 
 // A worker that runs layer 0 holds the token embedding and gathers each batch's rows itself
-// (engine/worker_embedding.h): the head sends it token ids, not rows, and the tokens stay those of
+// (datapath/worker_embedding.h): the head sends it token ids, not rows, and the tokens stay those of
 // one process (the worker's CPU gathers as the head's would).
 TEST_F(Split, TheWorkerRunningLayerZeroGathersTheEmbeddingRowsItself) {
   GenerateOptions longer = long_prompt_options(model_, 6);
@@ -347,11 +347,11 @@ TEST_F(Split, TheWorkerRunningLayerZeroGathersTheEmbeddingRowsItself) {
     split.placement.cpu_layers = 0;
     split.placement.device_layers = {4};
     split.placement.embedding_on_worker = on;
-    const uint64_t moved = moved_embeddings();
+    const uint64_t moved = datapath::moved_embeddings();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (on ? "rows gathered on the worker" : "rows sent by the head");
-    EXPECT_EQ(moved_embeddings() - moved, on ? 1u : 0u);
+    EXPECT_EQ(datapath::moved_embeddings() - moved, on ? 1u : 0u);
     sent[on] = f->stats().bytes_to_worker;
   }
   // The table crossed once; every token's row (4 x n_embd bytes) did not, its id (4 bytes) did.

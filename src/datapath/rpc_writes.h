@@ -10,19 +10,19 @@
 // not hold weights through that asynchronous path. The data is copied when queued, so callers may
 // reuse it at once, and everything later on that connection (the graph, reading results) still
 // comes after it. To a tandem worker, a step's inputs that repeat (the same bytes once per layer)
-// go over the link once (common/input_reuse.h).
+// go over the link once (datapath/input_reuse.h).
 #pragma once
 
 #include <set>
 #include <string>
 
-#include "common/input_reuse.h"
+#include "datapath/input_reuse.h"
 
 struct ggml_tensor;
 struct ggml_backend;
 struct ggml_cgraph;
 
-namespace tandem::engine {
+namespace tandem::datapath {
 
 class AsyncRpcWrites {
  public:
@@ -32,7 +32,7 @@ class AsyncRpcWrites {
   // markers; never a stock RPC server. `slot_bytes`: the input slots' size on each server
   // (input_slot_bytes; 0: none), see redirect_rpc_input. `runs_endpoints`: tandem workers of this
   // build too, to which a step input that is mostly runs of one value goes as runs
-  // (common/word_runs.h), in a slot or not.
+  // (link/protocol.h), in a slot or not.
   explicit AsyncRpcWrites(std::set<std::string> reuse_endpoints = {}, uint64_t slot_bytes = 0,
                           std::set<std::string> runs_endpoints = {});
   // Uninstalls it and frees the backend handles it opened on the RPC connections.
@@ -89,4 +89,4 @@ bool relay_rpc_result(const ggml_tensor* src, ggml_tensor* dst, uint64_t epoch);
 // would read where nothing was written.
 void check_rpc_launch(ggml_backend* backend, ggml_cgraph* graph);
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath

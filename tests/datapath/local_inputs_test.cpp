@@ -1,10 +1,10 @@
-// The head's queued copies of a step's inputs into its own GPUs (engine/local_inputs.h), through a
+// The head's queued copies of a step's inputs into its own GPUs (datapath/local_inputs.h), through a
 // real ggml scheduler: an input read through several views by ops on the device, as MiniMax-M3's
 // sparse layers read their masks. On the CPU nothing may be queued (and the launch interposer must
 // be reached); on a GPU (the benchmark machine builds this file by hand) every copy must be on the
 // device before the split reads it, repeats must come from the first copy, and a result computed
 // by an RPC server (ggml's, on the CPU, in a child process) must be read before the split runs.
-#include "engine/local_inputs.h"
+#include "datapath/local_inputs.h"
 
 #include <gtest/gtest.h>
 
@@ -23,13 +23,13 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/sched_hooks.h"
+#include "datapath/sched_hooks.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
 #include "ggml.h"
 
-namespace tandem::engine {
+namespace tandem::datapath {
 namespace {
 
 constexpr int kFullViews = 6, kHalfViews = 2;
@@ -311,4 +311,4 @@ TEST(LocalInputs, AWorkersResultReadThroughSeveralViewsCrossesOnce) {
 }
 
 }  // namespace
-}  // namespace tandem::engine
+}  // namespace tandem::datapath

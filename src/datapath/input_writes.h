@@ -9,7 +9,7 @@
 // or runs on the device through ggml (a graph, a read, a copy, a clear, a memset, a free) first
 // waits for the queued writes, so everything the server does still sees them, in order.
 //
-// The same hook takes the head's input-reuse markers (common/input_reuse.h): "keep" copies the
+// The same hook takes the head's input-reuse markers (datapath/input_reuse.h): "keep" copies the
 // bytes just written into a slot of device memory, "copy" copies a slot into the destination,
 // both on the device and in order with the queued writes. A marker that names a slot this process
 // does not hold as the head says ends the process (ggml's server cannot fail a SET_TENSOR): the
@@ -20,7 +20,7 @@
 
 #include "common/status.h"
 
-namespace tandem::worker {
+namespace tandem::datapath {
 
 // Installs the hook and the waits in front of ggml's device calls, for this process; `queue` false
 // leaves the writes to ggml (one wait each) and handles only the reuse markers. Errors: this
@@ -43,7 +43,7 @@ uint64_t input_reuse_copies();
 // What this server did for the head since the last call: graphs it computed and the seconds inside
 // them (the device's work, which ggml's server waits for, and launching it), and step inputs the
 // hook placed (queued writes and reuse markers) with the seconds that took, of which `runs` came
-// as runs (common/word_runs.h) and were expanded here. Resets the counts.
+// as runs (link/protocol.h) and were expanded here. Resets the counts.
 struct StepWork {
   uint64_t graphs = 0;
   double graph_s = 0;
@@ -56,4 +56,4 @@ StepWork take_step_work();
 // The exit status of an RPC child that got a reuse marker it could not serve.
 inline constexpr int kInputReuseFailedExit = 4;
 
-}  // namespace tandem::worker
+}  // namespace tandem::datapath

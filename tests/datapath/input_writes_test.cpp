@@ -1,19 +1,23 @@
-// The RPC child's queued input writes (worker/input_writes.h). Without a GPU nothing is queued:
+// The RPC child's queued input writes (datapath/input_writes.h). Without a GPU nothing is queued:
 // writes into host memory must take ggml's own path. With a GPU (the benchmark machine runs this
 // binary too) every queued write must be on the device before ggml reads it back or computes.
-#include "worker/input_writes.h"
+#include "datapath/input_writes.h"
 
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <vector>
 
-#include "common/input_reuse.h"
+#include "datapath/input_reuse.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "link/protocol.h"
 
-namespace tandem::worker {
+using tandem::link::ReuseOp;
+using tandem::link::encode_reuse_marker;
+
+namespace tandem::datapath {
 namespace {
 
 constexpr int kTensors = 200;
@@ -119,7 +123,7 @@ TEST(InputWrites, QueuedWritesAreOnTheGpuBeforeItIsReadOrComputes) {
   ggml_backend_free(backend);
 }
 
-// Input reuse (common/input_reuse.h): a keep marker copies what was just written into a slot, a
+// Input reuse (datapath/input_reuse.h): a keep marker copies what was just written into a slot, a
 // copy marker copies the slot into its destination; on the CPU here, on the GPU where there is one
 // (queued on the child's stream, so reads and graphs must see it).
 class RepeatedInputs : public ::testing::TestWithParam<bool> {
@@ -208,4 +212,4 @@ INSTANTIATE_TEST_SUITE_P(Devices, RepeatedInputs, ::testing::Values(false, true)
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Gpu" : "Cpu"; });
 
 }  // namespace
-}  // namespace tandem::worker
+}  // namespace tandem::datapath

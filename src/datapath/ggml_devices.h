@@ -5,7 +5,7 @@
 
 struct ggml_backend_device;
 
-namespace tandem::engine {
+namespace tandem::datapath {
 
 // True for the devices of ggml's RPC backend (remote servers), whatever their endpoint.
 bool is_rpc_device(ggml_backend_device* dev);
@@ -13,4 +13,4 @@ bool is_rpc_device(ggml_backend_device* dev);
 // "127.0.0.1:7071"); "" for any other name.
 std::string rpc_endpoint(const char* name);
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath

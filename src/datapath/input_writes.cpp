@@ -1,4 +1,4 @@
-#include "worker/input_writes.h"
+#include "datapath/input_writes.h"
 
 #include <unistd.h>
 
@@ -12,25 +12,34 @@
 #include <thread>
 #include <unordered_map>
 
-#include "common/device_stream.h"
-#include "common/input_reuse.h"
+#include "datapath/device_stream.h"
+#include "datapath/input_reuse.h"
 #include "common/log.h"
 #include "common/step_trace.h"
 #include "common/units.h"
-#include "common/word_runs.h"
+#include "link/protocol.h"
 #include "datapath/interpose.h"
 #include "datapath/self_check.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
-namespace tandem::worker {
+namespace tandem::datapath {
+
+using link::kReuseSlots;
+using link::ReuseOp;
+using link::ReuseMarker;
+using link::kReuseMarkerSize;
+using link::parse_reuse_marker;
+using link::decode_word_runs;
+using link::word_runs_size;
+using link::kWordRunsHeader;
 namespace {
 
 constexpr size_t kMaxWrite = size_t{1} << 20;
 constexpr size_t kArenaBytes = size_t{8} << 20;
 constexpr size_t kAlign = 256;
 
-// One per device buffer type (common/device_stream.h); its stream carries the queued copies.
+// One per device buffer type (datapath/device_stream.h); its stream carries the queued copies.
 struct DeviceQueue {
   DeviceStream stream;  // no backend: writes to this buffer type are not queued
   size_t used = 0;
@@ -48,7 +57,7 @@ std::atomic<uint64_t> g_graphs{0}, g_graph_ns{0}, g_writes{0}, g_write_ns{0};  /
 
 uint64_t now_ns() { return step_trace_now(); }
 
-// Input reuse (common/input_reuse.h): the slots of the head's current session, in device memory.
+// Input reuse (datapath/input_reuse.h): the slots of the head's current session, in device memory.
 struct Slot {
   ggml_backend_buffer_t buffer = nullptr;
   ggml_backend_buffer_type_t type = nullptr;
@@ -156,7 +165,7 @@ void apply_marker(ggml_tensor* tensor, size_t offset, const ReuseMarker& m) {
 
 bool place_write(ggml_tensor* tensor, const void* data, size_t offset, size_t size);
 
-// An input the head sent as runs (common/word_runs.h): expanded here, then written as if it had
+// An input the head sent as runs (link/protocol.h): expanded here, then written as if it had
 // come whole. Runs that would write past the tensor stop the process, as a bad marker does.
 void expand_runs(ggml_tensor* tensor, const void* data, size_t offset, size_t size, uint64_t expanded) {
   if (offset + expanded > ggml_nbytes(tensor)) {
@@ -280,5 +289,5 @@ StepWork take_step_work() {
   return w;
 }
 
-}  // namespace tandem::worker
+}  // namespace tandem::datapath
 

@@ -7,7 +7,7 @@
 // a view per layer, so a decode step makes ~4 such copies per layer (30 layers: ~120 waits, ~0.9 ms
 // a token on an H200), and a 512-token chunk of a long prompt copies its mask (512 × positions × 4
 // bytes) once per layer. While a `LocalInputCopies` lives, the engine's interposer of that copy
-// (engine/sched_hooks.h) hands such copies here: the first copy of an input in a split is staged
+// (datapath/sched_hooks.h) hands such copies here: the first copy of an input in a split is staged
 // in page-locked memory and queued on a stream of tandem's own; a later copy of the same input
 // (the same host tensor at the same offset, in the same run of the scheduler) is a device-to-device
 // copy from the first, queued behind it. When the scheduler launches the split, the device's
@@ -25,12 +25,12 @@
 
 #include <cstdint>
 
-#include "common/input_reuse.h"
+#include "datapath/input_reuse.h"
 
 struct ggml_tensor;
 struct ggml_backend;
 
-namespace tandem::engine {
+namespace tandem::datapath {
 
 class LocalInputCopies {
  public:
@@ -79,4 +79,4 @@ double deferred_result_s();
 void local_inputs_new_run();
 void local_inputs_before_launch(ggml_backend* backend);
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath

@@ -1,13 +1,21 @@
-// The head's side of input reuse (common/input_reuse.h): which writes go as markers, and the
+// The head's side of input reuse (datapath/input_reuse.h): which writes go as markers, and the
 // marker's wire form.
-#include "common/input_reuse.h"
+#include "datapath/input_reuse.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
+#include "link/protocol.h"
 
-namespace tandem {
+using tandem::link::kReuseSlots;
+using tandem::link::ReuseOp;
+using tandem::link::ReuseMarker;
+using tandem::link::kReuseMarkerSize;
+using tandem::link::encode_reuse_marker;
+using tandem::link::parse_reuse_marker;
+
+namespace tandem::datapath {
 namespace {
 
 std::vector<uint8_t> bytes(size_t n, uint8_t seed) {
@@ -158,4 +166,4 @@ TEST(ReuseTable, StaysWithinItsBudgetAndSaysWhichSlotsItDropped) {
 }
 
 }  // namespace
-}  // namespace tandem
+}  // namespace tandem::datapath

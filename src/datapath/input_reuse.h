@@ -5,8 +5,8 @@
 // layer's view into the worker's compute buffer on its own: the same bytes once per worker layer.
 // For a 512-token prompt chunk the position mask is 512 × positions × 4 bytes, 1 MiB at 512
 // positions and 64 MiB at 32k, and 30 worker layers send it 30 times. With input reuse the head
-// (engine/rpc_writes.h) sends such bytes once, followed by a "keep" marker: the worker's RPC child
-// (worker/input_writes.h) copies what was just written into a slot of its own device memory.
+// (datapath/rpc_writes.h) sends such bytes once, followed by a "keep" marker: the worker's RPC child
+// (datapath/input_writes.h) copies what was just written into a slot of its own device memory.
 // Every later write of the same bytes goes as a "copy" marker, and the child copies the slot into
 // the destination on the device. A marker travels as the data of an ordinary SET_TENSOR to the
 // destination, so it stays in order with everything else on the connection. Only a tandem worker
@@ -20,7 +20,9 @@
 #include <optional>
 #include <vector>
 
-namespace tandem {
+#include "link/protocol.h"
+
+namespace tandem::datapath {
 
 // Writes smaller than this are sent as they are: a marker saves little and costs a device copy.
 constexpr size_t kReuseMinBytes = 16 * 1024;
@@ -28,30 +30,13 @@ constexpr size_t kReuseMinBytes = 16 * 1024;
 // worker's device; one input may take at most half. Covers a 512-token chunk's position mask up to
 // 64k positions.
 constexpr uint64_t kReuseBudget = 256ull << 20;
-constexpr uint32_t kReuseSlots = 8;
-// The most the input slots (engine/rpc_writes.h, engine/local_inputs.h) take on one device.
+// The most the input slots (datapath/rpc_writes.h, datapath/local_inputs.h) take on one device.
 constexpr uint64_t kInputSlotBytes = 64ull << 20;
 // Bytes of the input slots on one device: one copy of each of a step's inputs, room for the hidden
 // state (`tokens` rows of `n_embd` f32), three masks over `kv_per_stream` cells and 256 KiB of small
 // inputs, at most kInputSlotBytes. The planner counts them on every device that reads a step's
 // inputs other than the head's CPU; inputs beyond them are copied as without slots.
 uint64_t input_slot_bytes(uint64_t n_embd, uint64_t tokens, uint64_t kv_per_stream);
-
-enum class ReuseOp : uint32_t { keep = 1, copy = 2 };
-
-constexpr size_t kReuseMarkerSize = 48;
-struct ReuseMarker {
-  ReuseOp op = ReuseOp::keep;
-  uint32_t slot = 0;     // < kReuseSlots
-  uint64_t bytes = 0;    // what is kept or copied, starting at the write's offset
-  uint64_t session = 0;  // the head's connection: a new value starts with empty slots
-  uint32_t drop = 0;     // keep only: slots (bit i: slot i) the head no longer counts on, to free
-};
-// "tandem-reuse-v1\n" (16 bytes), op and slot as little-endian u32, bytes and session as u64, drop
-// as u32, 4 bytes of zeros.
-std::array<uint8_t, kReuseMarkerSize> encode_reuse_marker(const ReuseMarker& m);
-// The marker in `data`, or nullopt when the bytes are anything else (or name an unknown op/slot).
-std::optional<ReuseMarker> parse_reuse_marker(const void* data, size_t n);
 
 // The head's view of one worker connection's slots: which bytes each holds (kept here too, so that
 // a match is exact, not a hash). Not thread-safe.
@@ -75,7 +60,7 @@ class ReuseTable {
   struct Route {
     bool send_data = false;   // write the bytes first (then `marker` keeps them), or only `marker`
     bool identified = false;  // a copy recognised by its identity, without comparing bytes
-    ReuseMarker marker;
+    link::ReuseMarker marker;
   };
   // How to send a write of `size` bytes from `data`: nullopt for a plain write (too small, or too
   // large for the slots). Otherwise the table assumes the caller sends exactly what it says.
@@ -119,4 +104,4 @@ struct CopyKeyHash {
   }
 };
 
-}  // namespace tandem
+}  // namespace tandem::datapath

@@ -1,10 +1,10 @@
-#include "engine/ggml_devices.h"
+#include "datapath/ggml_devices.h"
 
 #include <cstring>
 
 #include "ggml-backend.h"
 
-namespace tandem::engine {
+namespace tandem::datapath {
 
 // ggml's RPC devices belong to one registry named "RPC"; their buffer types are named
 // "RPC<device>[<endpoint>]".
@@ -23,4 +23,4 @@ std::string rpc_endpoint(const char* name) {
   return close != nullptr ? std::string(open + 1, close) : "";
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath

@@ -2,17 +2,17 @@
 // datapath/interpose.h: `ggml_backend_sched_graph_compute_async`, which libllama calls once per
 // ubatch; `ggml_backend_tensor_copy`, through which the scheduler moves each split's inputs between
 // devices; and, while a run lasts, `ggml_backend_graph_compute_async` (each split's launch) and
-// `ggml_backend_synchronize`. They tell the input reuse (common/input_reuse.h) what a write is,
-// hand the copies into the head's own GPUs to engine/local_inputs.h, and say where a split's time
+// `ggml_backend_synchronize`. They tell the input reuse (datapath/input_reuse.h) what a write is,
+// hand the copies into the head's own GPUs to datapath/local_inputs.h, and say where a split's time
 // goes.
 #pragma once
 
 #include <cstdint>
 
-#include "common/input_reuse.h"
+#include "datapath/input_reuse.h"
 #include "common/status.h"
 
-namespace tandem::engine {
+namespace tandem::datapath {
 
 // Proves that ggml's calls reach tandem's definitions (datapath/self_check.h), once per process,
 // then installs the scheduler hooks. Every engine load calls it; an error (the proof failed) means
@@ -47,4 +47,4 @@ SplitProfile operator-(const SplitProfile& a, const SplitProfile& b);
 // parallelism the next run's first splits start meanwhile). For measurement only.
 void set_serial_runs(bool on);
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath

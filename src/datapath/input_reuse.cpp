@@ -1,46 +1,18 @@
-#include "common/input_reuse.h"
+#include "datapath/input_reuse.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "common/le_bytes.h"
 
-namespace tandem {
-namespace {
+namespace tandem::datapath {
 
-constexpr char kMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'r', 'e', 'u', 's', 'e', '-', 'v', '1', '\n'};
-
-}  // namespace
+using link::kReuseSlots;
+using link::ReuseOp;
 
 uint64_t input_slot_bytes(uint64_t n_embd, uint64_t tokens, uint64_t kv_per_stream) {
   const uint64_t f32 = 4;
   return std::min<uint64_t>(kInputSlotBytes, tokens * n_embd * f32 + 3 * kv_per_stream * tokens * f32 + (256u << 10));
-}
-
-std::array<uint8_t, kReuseMarkerSize> encode_reuse_marker(const ReuseMarker& m) {
-  std::array<uint8_t, kReuseMarkerSize> out{};
-  std::memcpy(out.data(), kMagic, sizeof kMagic);
-  put_le(out.data() + 16, static_cast<uint32_t>(m.op), 4);
-  put_le(out.data() + 20, m.slot, 4);
-  put_le(out.data() + 24, m.bytes, 8);
-  put_le(out.data() + 32, m.session, 8);
-  put_le(out.data() + 40, m.drop, 4);
-  return out;
-}
-
-std::optional<ReuseMarker> parse_reuse_marker(const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  if (n != kReuseMarkerSize || std::memcmp(p, kMagic, sizeof kMagic) != 0 || get_le(p + 44, 4) != 0) return std::nullopt;
-  ReuseMarker m;
-  const uint64_t op = get_le(p + 16, 4);
-  if (op != static_cast<uint32_t>(ReuseOp::keep) && op != static_cast<uint32_t>(ReuseOp::copy)) return std::nullopt;
-  m.op = static_cast<ReuseOp>(op);
-  m.slot = static_cast<uint32_t>(get_le(p + 20, 4));
-  m.bytes = get_le(p + 24, 8);
-  m.session = get_le(p + 32, 8);
-  m.drop = static_cast<uint32_t>(get_le(p + 40, 4));
-  if (m.slot >= kReuseSlots || m.bytes == 0 || (m.drop >> kReuseSlots) != 0) return std::nullopt;
-  return m;
 }
 
 ReuseTable::ReuseTable(uint64_t session, uint64_t budget) : session_(session), budget_(budget), slots_(kReuseSlots) {}
@@ -119,4 +91,4 @@ std::optional<ReuseTable::Route> ReuseTable::route(const void* data, size_t size
   return r;
 }
 
-}  // namespace tandem
+}  // namespace tandem::datapath

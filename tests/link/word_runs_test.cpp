@@ -1,7 +1,7 @@
-// The runs encoding of step inputs (common/word_runs.h): a causal mask comes back bit for bit from
+// The runs encoding of step inputs (link/protocol.h): a causal mask comes back bit for bit from
 // a small fraction of its size, data without runs is not encoded, and anything that is not a whole,
 // consistent encoding is refused before a byte is written.
-#include "common/word_runs.h"
+#include "link/protocol.h"
 
 #include <gtest/gtest.h>
 
@@ -10,6 +10,13 @@
 #include <limits>
 #include <random>
 #include <vector>
+
+
+using tandem::link::encode_word_runs;
+using tandem::link::decode_word_runs;
+using tandem::link::word_runs_size;
+using tandem::link::kWordRunsHeader;
+using tandem::link::kWordRunsMinBytes;
 
 namespace tandem {
 namespace {

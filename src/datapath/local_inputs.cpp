@@ -1,4 +1,4 @@
-#include "engine/local_inputs.h"
+#include "datapath/local_inputs.h"
 
 #include <atomic>
 #include <cstring>
@@ -6,12 +6,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/device_stream.h"
+#include "datapath/device_stream.h"
 #include "common/step_trace.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
-namespace tandem::engine {
+namespace tandem::datapath {
 namespace {
 
 // A decode step's copies are a few hundred bytes each; a long prompt's masks a few MiB per chunk.
@@ -312,4 +312,4 @@ void local_inputs_new_run() {
   }
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath

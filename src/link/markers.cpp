@@ -1,23 +1,65 @@
-#include "common/word_runs.h"
-
+// The data path's markers (link/protocol.h): the bytes the head sends a tandem worker inside
+// SET_TENSOR data.
 #include <cstring>
 
 #include "common/le_bytes.h"
+#include "link/protocol.h"
 
-namespace tandem {
+namespace tandem::link {
 namespace {
 
-constexpr char kMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'r', 'u', 'n', 's', '-', 'v', '1', '\n', '\0'};
+constexpr char kCachedMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'c', 'a', 'c', 'h', 'e', 'd', '-', 'v', '1'};
+constexpr char kReuseMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'r', 'e', 'u', 's', 'e', '-', 'v', '1', '\n'};
+constexpr char kRunsMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'r', 'u', 'n', 's', '-', 'v', '1', '\n', '\0'};
 
 // The header's run count, when `data` starts with a header whose runs fill the rest exactly.
 std::optional<uint32_t> runs_of(const uint8_t* p, size_t n) {
-  if (n < kWordRunsHeader || std::memcmp(p, kMagic, sizeof kMagic) != 0 || get_le(p + 28, 4) != 0) return std::nullopt;
+  if (n < kWordRunsHeader || std::memcmp(p, kRunsMagic, sizeof kRunsMagic) != 0 || get_le(p + 28, 4) != 0) return std::nullopt;
   const uint64_t runs = get_le(p + 24, 4);
   if ((n - kWordRunsHeader) % 8 != 0 || (n - kWordRunsHeader) / 8 != runs) return std::nullopt;
   return static_cast<uint32_t>(runs);
 }
 
 }  // namespace
+
+std::array<uint8_t, kCachedMarkerSize> encode_cached_marker(const CachedMarker& m) {
+  std::array<uint8_t, kCachedMarkerSize> out{};
+  std::memcpy(out.data(), kCachedMagic, sizeof kCachedMagic);
+  put_le(out.data() + 16, m.hash, 8);
+  put_le(out.data() + 24, m.bytes, 8);
+  return out;
+}
+
+std::optional<CachedMarker> parse_cached_marker(const uint8_t* data, size_t n) {
+  if (n != kCachedMarkerSize || std::memcmp(data, kCachedMagic, sizeof kCachedMagic) != 0) return std::nullopt;
+  return CachedMarker{get_le(data + 16, 8), get_le(data + 24, 8)};
+}
+
+std::array<uint8_t, kReuseMarkerSize> encode_reuse_marker(const ReuseMarker& m) {
+  std::array<uint8_t, kReuseMarkerSize> out{};
+  std::memcpy(out.data(), kReuseMagic, sizeof kReuseMagic);
+  put_le(out.data() + 16, static_cast<uint32_t>(m.op), 4);
+  put_le(out.data() + 20, m.slot, 4);
+  put_le(out.data() + 24, m.bytes, 8);
+  put_le(out.data() + 32, m.session, 8);
+  put_le(out.data() + 40, m.drop, 4);
+  return out;
+}
+
+std::optional<ReuseMarker> parse_reuse_marker(const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (n != kReuseMarkerSize || std::memcmp(p, kReuseMagic, sizeof kReuseMagic) != 0 || get_le(p + 44, 4) != 0) return std::nullopt;
+  ReuseMarker m;
+  const uint64_t op = get_le(p + 16, 4);
+  if (op != static_cast<uint32_t>(ReuseOp::keep) && op != static_cast<uint32_t>(ReuseOp::copy)) return std::nullopt;
+  m.op = static_cast<ReuseOp>(op);
+  m.slot = static_cast<uint32_t>(get_le(p + 20, 4));
+  m.bytes = get_le(p + 24, 8);
+  m.session = get_le(p + 32, 8);
+  m.drop = static_cast<uint32_t>(get_le(p + 40, 4));
+  if (m.slot >= kReuseSlots || m.bytes == 0 || (m.drop >> kReuseSlots) != 0) return std::nullopt;
+  return m;
+}
 
 std::optional<std::vector<uint8_t>> encode_word_runs(const void* data, size_t n) {
   if (n < kWordRunsMinBytes || n % 4 != 0) return std::nullopt;
@@ -41,7 +83,7 @@ std::optional<std::vector<uint8_t>> encode_word_runs(const void* data, size_t n)
     ++runs;
     i = j;
   }
-  std::memcpy(out.data(), kMagic, sizeof kMagic);
+  std::memcpy(out.data(), kRunsMagic, sizeof kRunsMagic);
   put_le(out.data() + 16, n, 8);
   put_le(out.data() + 24, runs, 4);
   put_le(out.data() + 28, 0, 4);
@@ -86,4 +128,4 @@ bool decode_word_runs(const void* data, size_t n, void* out, size_t out_n) {
   return true;
 }
 
-}  // namespace tandem
+}  // namespace tandem::link

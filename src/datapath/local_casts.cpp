@@ -1,4 +1,4 @@
-#include "engine/local_casts.h"
+#include "datapath/local_casts.h"
 
 #include <atomic>
 #include <cstring>
@@ -9,7 +9,7 @@
 #include "ggml-backend.h"
 #include "ggml.h"
 
-namespace tandem::engine {
+namespace tandem::datapath {
 namespace {
 
 std::atomic<bool> g_on{true};
@@ -89,4 +89,4 @@ void set_local_casts(bool on) { g_on = on; }
 uint64_t local_casts() { return g_casts.load(); }
 uint64_t local_cast_bytes() { return g_cast_bytes.load(); }
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath

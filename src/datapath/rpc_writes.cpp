@@ -1,4 +1,4 @@
-#include "engine/rpc_writes.h"
+#include "datapath/rpc_writes.h"
 
 #include <unistd.h>
 
@@ -13,16 +13,19 @@
 #include <unordered_set>
 #include <vector>
 
-#include "common/device_stream.h"
-#include "common/input_reuse.h"
-#include "common/word_runs.h"
+#include "datapath/device_stream.h"
+#include "datapath/input_reuse.h"
+#include "link/protocol.h"
 #include "datapath/interpose.h"
-#include "engine/ggml_devices.h"
-#include "engine/sched_hooks.h"
+#include "datapath/ggml_devices.h"
+#include "datapath/sched_hooks.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
-namespace tandem::engine {
+namespace tandem::datapath {
+
+using link::encode_reuse_marker;
+using link::encode_word_runs;
 namespace {
 
 std::mutex g_mutex;
@@ -268,4 +271,4 @@ void check_rpc_launch(ggml_backend_t backend, ggml_cgraph* graph) {
   }
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath

@@ -1,17 +1,17 @@
-#include "engine/sched_hooks.h"
+#include "datapath/sched_hooks.h"
 
 #include <atomic>
 
 #include "common/step_trace.h"
 #include "datapath/interpose.h"
 #include "datapath/self_check.h"
-#include "engine/ggml_devices.h"
-#include "engine/local_casts.h"
-#include "engine/local_inputs.h"
-#include "engine/rpc_writes.h"
+#include "datapath/ggml_devices.h"
+#include "datapath/local_casts.h"
+#include "datapath/local_inputs.h"
+#include "datapath/rpc_writes.h"
 #include "ggml-backend.h"
 
-namespace tandem::engine {
+namespace tandem::datapath {
 namespace {
 
 // Runs of ggml's scheduler (one per ubatch). 0 until the first: identities are then not used.
@@ -65,9 +65,9 @@ SplitProfile operator-(const SplitProfile& a, const SplitProfile& b) {
   return d;
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath
 
-namespace tandem::engine {
+namespace tandem::datapath {
 namespace {
 
 // Each split's launch: the split's device first waits for the inputs queued for it.
@@ -116,7 +116,7 @@ void on_copy(const ggml_tensor* src, ggml_tensor* dst, TensorCopyFn fn) {
   const uint64_t t0 = now_ns();
   bool deferred = false;
   ggml_tensor made;
-  tandem::ReuseTable::Identity made_id;
+  tandem::datapath::ReuseTable::Identity made_id;
   if (t_in_run && in_rpc_buffer(src) && make_worker_result_here(src, epoch, &made, &made_id)) {
     // made here from the head's own input (local_casts.h): nothing read from the worker
     bucket = in_rpc_buffer(dst) ? &g_to_workers_ns : &g_to_local_ns;
@@ -131,8 +131,8 @@ void on_copy(const ggml_tensor* src, ggml_tensor* dst, TensorCopyFn fn) {
     fn(src, dst);
   } else {
     const ggml_tensor* base = src->view_src != nullptr ? src->view_src : src;
-    const tandem::ReuseTable::Identity id{base, src->view_src != nullptr ? src->view_offs : 0, src->data, epoch};
-    const tandem::ReuseTable::Identity* known = epoch != 0 ? &id : nullptr;
+    const tandem::datapath::ReuseTable::Identity id{base, src->view_src != nullptr ? src->view_offs : 0, src->data, epoch};
+    const tandem::datapath::ReuseTable::Identity* known = epoch != 0 ? &id : nullptr;
     if (t_in_run && in_rpc_buffer(dst)) note_worker_input(src, dst, epoch);
     if (t_in_run && in_rpc_buffer(dst) && redirect_rpc_input(src, dst, known)) {
       // the worker reads it from the head's slot: nothing written into dst (rpc_writes.h)
@@ -160,4 +160,4 @@ Status install_scheduler_hooks() {
   return Status::ok();
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath

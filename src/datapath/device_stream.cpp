@@ -1,8 +1,8 @@
-#include "common/device_stream.h"
+#include "datapath/device_stream.h"
 
 #include "ggml.h"
 
-namespace tandem {
+namespace tandem::datapath {
 
 DeviceStream open_device_stream(ggml_backend_buffer_type_t buft, size_t arena_bytes, bool with_event) {
   DeviceStream s;
@@ -53,4 +53,4 @@ ggml_tensor raw_bytes(ggml_backend_buffer_t buffer, void* data, uint64_t bytes) 
   return t;
 }
 
-}  // namespace tandem
+}  // namespace tandem::datapath

@@ -15,32 +15,30 @@
 
 #include "common/status.h"
 
-struct llama_model;
+struct ggml_tensor;
 struct ggml_backend_device;
 struct ggml_backend_buffer;
 
-namespace tandem::engine {
+namespace tandem::datapath {
 
 struct EmbeddingMove {
   bool moved = false;
   std::string why_not;  // when not moved: why (a model without it, a type the device cannot gather, ...)
   uint64_t bytes = 0;   // the table's size
+  // When moved: the worker buffer that now holds the table, the caller's to free once the model
+  // that owns the tensor is freed.
+  ggml_backend_buffer* buffer = nullptr;
 };
 
-// Moves `model`'s token embedding into a weight buffer on `device`, an RPC device, uploading its
-// bytes (through the tensor-set hooks: a cached load sends a marker). Not moved, with the reason,
-// when the model ties its output to the embedding or the table's type is one a worker may not
-// gather; an error when the worker cannot hold it (the model then stays as loaded and usable).
-Result<EmbeddingMove> move_embedding_to_worker(llama_model* model, ggml_backend_device* device);
-
-// Frees the worker buffer of a model whose embedding was moved; after llama_model_free.
-void release_worker_embedding(const llama_model* model);
-
-// The worker buffer holding `model`'s token embedding, or nullptr when it was not moved (for
-// measuring memory: libllama's own breakdown does not know it).
-ggml_backend_buffer* worker_embedding_buffer(const llama_model* model);
+// Moves a model's token embedding `table` (its token_embd.weight, in the head's host memory) into
+// a weight buffer on `device`, an RPC device, uploading its bytes (through the tensor-set hooks: a
+// cached load sends a marker). Not moved, with the reason, when the model has no output head of
+// its own (`has_output` false: libllama then reads the table for the logits too) or the table's
+// type is one a worker may not gather; an error when the worker cannot hold it (the table then
+// stays as loaded and usable).
+Result<EmbeddingMove> move_embedding_to_worker(ggml_tensor* table, bool has_output, ggml_backend_device* device);
 
 // Tables moved since the process started (tests and diagnostics).
 uint64_t moved_embeddings();
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath

@@ -12,11 +12,11 @@
 
 #include <cstdint>
 
-#include "common/input_reuse.h"
+#include "datapath/input_reuse.h"
 
 struct ggml_tensor;
 
-namespace tandem::engine {
+namespace tandem::datapath {
 
 // The scheduler copies host tensor `src` into `dst`, in a worker's buffer, during run `epoch`.
 void note_worker_input(const ggml_tensor* src, const ggml_tensor* dst, uint64_t epoch);
@@ -33,4 +33,4 @@ void set_local_casts(bool on);
 uint64_t local_casts();
 uint64_t local_cast_bytes();
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath

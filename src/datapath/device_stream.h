@@ -1,6 +1,6 @@
 // A stream of tandem's own on a GPU, with page-locked host memory to stage copies from: the
-// RPC child queues the head's step inputs on one (worker/input_writes.h), the head its own GPUs'
-// (engine/local_inputs.h). A copy from pageable memory would wait for the stream, which is the
+// RPC child queues the head's step inputs on one (datapath/input_writes.h), the head its own GPUs'
+// (datapath/local_inputs.h). A copy from pageable memory would wait for the stream, which is the
 // wait these exist to avoid.
 #pragma once
 
@@ -9,7 +9,7 @@
 
 #include "ggml-backend.h"
 
-namespace tandem {
+namespace tandem::datapath {
 
 struct DeviceStream {
   ggml_backend_t backend = nullptr;  // nullptr: this buffer type gets no stream (not a GPU's own)
@@ -30,4 +30,4 @@ void close_device_stream(DeviceStream& s);
 // the tensor the bytes belong to.
 ggml_tensor raw_bytes(ggml_backend_buffer_t buffer, void* data, uint64_t bytes);
 
-}  // namespace tandem
+}  // namespace tandem::datapath

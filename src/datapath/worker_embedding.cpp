@@ -1,27 +1,15 @@
-#include "engine/worker_embedding.h"
+#include "datapath/worker_embedding.h"
 
 #include <atomic>
-#include <map>
-#include <mutex>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "common/units.h"
 #include "ggml-backend.h"
 #include "ggml.h"
-#include "llama.h"
 
-// libllama's own list of a model's weights by name (llama-model.h; exported, used by its tools).
-// pinned llama.cpp: text src/llama-model.h const std::vector<std::pair<std::string, ggml_tensor *>> & llama_internal_get_tensor_map(const llama_model * model);
-// No public call names the token embedding's tensor.
-const std::vector<std::pair<std::string, ggml_tensor*>>& llama_internal_get_tensor_map(const llama_model* model);
-
-namespace tandem::engine {
+namespace tandem::datapath {
 namespace {
 
-std::mutex g_mutex;
-std::map<const llama_model*, ggml_backend_buffer_t> g_buffers;  // under g_mutex
 std::atomic<uint64_t> g_moved{0};
 
 // Types every ggml backend a worker runs gathers rows of (ggml-cuda's GET_ROWS list; the CPU
@@ -41,22 +29,15 @@ bool gatherable(ggml_type t) {
 
 }  // namespace
 
-Result<EmbeddingMove> move_embedding_to_worker(llama_model* model, ggml_backend_device* device) {
+Result<EmbeddingMove> move_embedding_to_worker(ggml_tensor* table, bool has_output, ggml_backend_device* device) {
   EmbeddingMove m;
-  ggml_tensor* table = nullptr;
-  int tables = 0;
-  bool output = false;
-  for (const auto& [name, t] : llama_internal_get_tensor_map(model)) {
-    if (name == "token_embd.weight") table = t, ++tables;
-    if (name == "output.weight") output = true;
-  }
-  if (table == nullptr || tables != 1) {
+  if (table == nullptr) {
     m.why_not = "the model has no single token_embd.weight";
     return m;
   }
   // Without its own output head, libllama makes the output a second copy of the embedding under
   // the same name; that copy goes with the output device and must stay there.
-  if (!output) {
+  if (!has_output) {
     m.why_not = "the model's output head is its token embedding";
     return m;
   }
@@ -90,33 +71,12 @@ Result<EmbeddingMove> move_embedding_to_worker(llama_model* model, ggml_backend_
   // The scheduler now gathers rows on the worker; the host bytes (libllama's mapping of the file)
   // stay where they were, unused.
   ggml_backend_tensor_set(table, host, 0, m.bytes);
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    g_buffers[model] = buffer;
-  }
+  m.buffer = buffer;
   g_moved.fetch_add(1, std::memory_order_relaxed);
   m.moved = true;
   return m;
 }
 
-void release_worker_embedding(const llama_model* model) {
-  ggml_backend_buffer_t buffer = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = g_buffers.find(model);
-    if (it == g_buffers.end()) return;
-    buffer = it->second;
-    g_buffers.erase(it);
-  }
-  ggml_backend_buffer_free(buffer);
-}
-
-ggml_backend_buffer_t worker_embedding_buffer(const llama_model* model) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_buffers.find(model);
-  return it == g_buffers.end() ? nullptr : it->second;
-}
-
 uint64_t moved_embeddings() { return g_moved.load(); }
 
-}  // namespace tandem::engine
+}  // namespace tandem::datapath
