@@ -20,7 +20,7 @@ gpu_tests() {
   )
   for name in input_writes_test local_inputs_test; do
     # shellcheck disable=SC2086 # word splitting of the source lists is intended
-    if (cd "$root" && g++ -std=c++17 -O1 -rdynamic -Isrc -Itests -I/tmp/tandem-dev/llama/ggml/include -I"$sysroot/usr/include" \
+    if (cd "$root" && g++ -std=c++17 -O1 -rdynamic -DTANDEM_BINARY="\"$build/tandem\"" -Isrc -Itests -I/tmp/tandem-dev/llama/ggml/include -I"$sysroot/usr/include" \
          ${sources[$name]} src/datapath/interpose.cpp src/datapath/self_check.cpp src/datapath/device_stream.cpp src/datapath/input_reuse.cpp src/common/status.cpp src/common/step_trace.cpp src/link/markers.cpp \
          -L"$bin" -lggml-rpc -lggml -lggml-base -L"$sysroot/usr/lib/x86_64-linux-gnu" -lgtest_main -lgtest -lpthread -ldl \
          -Wl,-rpath,"$bin" -o "$out/$name") 2>"$out/$name.build.log"; then
