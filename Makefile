@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test bench faults fuzz load clean
+.PHONY: all deps build demo test bench faults fuzz load format clean
 
 all: build
 
@@ -41,6 +41,10 @@ fuzz: deps
 load: build
 	cd $(BUILD) && TANDEM_LOAD_REPORT=$(CURDIR)/$(BUILD)/load.txt tests/load/load_test \
 	  --gtest_also_run_disabled_tests --gtest_filter=Load.DISABLED_Full
+
+# Formats every C++ file of src/ and tests/ by .clang-format (make test checks it).
+format: deps
+	@scripts/format.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # A quick GPU correctness check, in one device call after `device-compare.sh build` (about a
 # minute; no m3-proxy needed): the GPU tests of the head's queue and the worker's writes, then the
-# tiny model's tokens in one process and split through a tandem worker on the same GPU, the
-# worker's layers first (so that the head reads the worker's results, MiniMax-M3's f32 mask cast
-# among them), by default and with each engine flag given (default: --no-local-casts). Every run
-# must give the same tokens. Run it as `bench/device-compare.sh check [FLAG]`; logs in $OUT.
+# tokens of two architectures' tiny models (minimax-m3 and qwen3moe; PRESETS overrides) in one
+# process and split through a tandem worker on the same GPU, the worker's layers first (so that the
+# head reads the worker's results, MiniMax-M3's f32 mask cast among them), by default and with each
+# engine flag given (default: --no-local-casts). Every run of one model must give the same tokens.
+# Run it as `bench/device-compare.sh check [FLAG]`; logs in $OUT.
 # SPLIT overrides the split's engine flags (e.g. for a dry run on a CPU build).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:?run through bench/device-compare.sh check}
 build=${BUILD:-$root/build-cuda}
-model=/tmp/tandem-check-tiny.gguf
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done' EXIT
 
@@ -18,7 +18,6 @@ context=2048
 n_predict=24
 . "$root/bench/device-engine.sh"
 prompt=$(sentences 120)  # ~1300 tokens: three prompt chunks
-"$build/tandem" synth --preset tiny -o "$model" >/dev/null || exit 1
 [ -z "${BUILD:-}" ] && { echo "== GPU tests"; gpu_tests; }
 "$build/tandem" secret new -o "$out/cluster.key" >/dev/null
 "$build/tandem" worker --listen 127.0.0.1:50070 --secret-file "$out/cluster.key" --name w >"$out/worker.log" 2>&1 & pids+=($!)
@@ -26,10 +25,16 @@ sleep 2
 "$build/tandem" link forward --to 127.0.0.1:50070 --secret-file "$out/cluster.key" --listen 127.0.0.1:50071 \
   >"$out/forward.log" 2>&1 & pids+=($!)
 sleep 1
-read -r -a split <<<"${SPLIT:---layer-split 2,2 --workers-first}"
-echo "== the tiny model, a ~1300-token prompt and $n_predict tokens"
-engine "one process"
-engine "split" --rpc 127.0.0.1:50071 --tandem-worker 127.0.0.1:50071 "${split[@]}"
-for flag in "${@:---no-local-casts}"; do
-  engine "split $flag" --rpc 127.0.0.1:50071 --tandem-worker 127.0.0.1:50071 "${split[@]}" "$flag"
+for preset in ${PRESETS:-tiny tiny-qwen3moe}; do
+  model=/tmp/tandem-check-$preset.gguf
+  "$build/tandem" synth --preset "$preset" -o "$model" >/dev/null || exit 1
+  layers=$(python3 -c "import json,sys; print(json.load(sys.stdin)['n_layer'])" < <("$build/tandem" inspect "$model" --json))
+  half=$((layers / 2))
+  read -r -a split <<<"${SPLIT:---layer-split $half,$((layers - half)) --workers-first}"
+  echo "== $preset ($layers layers), a ~1300-token prompt and $n_predict tokens"
+  engine "$preset one process"
+  engine "$preset split" --rpc 127.0.0.1:50071 --tandem-worker 127.0.0.1:50071 "${split[@]}"
+  for flag in "${@:---no-local-casts}"; do
+    engine "$preset split $flag" --rpc 127.0.0.1:50071 --tandem-worker 127.0.0.1:50071 "${split[@]}" "$flag"
+  done
 done

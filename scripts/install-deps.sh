@@ -3,7 +3,7 @@
 # Runs `apt-get update` at most once, and not at all when everything is already there.
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build ccache git pkg-config
+  build-essential cmake ninja-build ccache git pkg-config clang-format
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libssl-dev libsqlite3-dev libsystemd-dev
   libgtest-dev libgmock-dev

@@ -32,16 +32,22 @@ class Client {
   Result<std::string> first_model() {
     auto r = http_.Get("/v1/models", headers());
     if (!r) return Status::unavailable(o_.url + "/v1/models: " + httplib::to_string(r.error()));
-    if (r->status != 200) return Status::unavailable(o_.url + "/v1/models: HTTP " + std::to_string(r->status) + ": " + r->body);
+    if (r->status != 200)
+      return Status::unavailable(o_.url + "/v1/models: HTTP " + std::to_string(r->status) + ": " + r->body);
     auto j = json::parse(r->body, nullptr, false);
-    if (!j.is_object() || !j.contains("data") || j["data"].empty()) return Status::invalid_argument(o_.url + "/v1/models lists no model");
+    if (!j.is_object() || !j.contains("data") || j["data"].empty())
+      return Status::invalid_argument(o_.url + "/v1/models lists no model");
     return j["data"][0].value("id", std::string());
   }
 
   // One streaming completion of `max_tokens` after `prompt`, timed on the chunks as they arrive.
   Result<StreamStats> stream(const std::string& prompt, int max_tokens) {
-    json body = {{"model", o_.model},      {"prompt", prompt},    {"max_tokens", max_tokens},
-                 {"temperature", 0},       {"stream", true},      {"ignore_eos", true},
+    json body = {{"model", o_.model},
+                 {"prompt", prompt},
+                 {"max_tokens", max_tokens},
+                 {"temperature", 0},
+                 {"stream", true},
+                 {"ignore_eos", true},
                  {"stream_options", {{"include_usage", true}}}};
     StreamStats s;
     std::string buffer;
@@ -75,9 +81,11 @@ class Client {
     };
     auto r = http_.send(req);
     if (!r) return Status::unavailable(o_.url + "/v1/completions: " + httplib::to_string(r.error()));
-    if (r->status != 200) return Status::unavailable(o_.url + "/v1/completions: HTTP " + std::to_string(r->status) + ": " + r->body);
+    if (r->status != 200)
+      return Status::unavailable(o_.url + "/v1/completions: HTTP " + std::to_string(r->status) + ": " + r->body);
     if (!seen) return Status::internal(o_.url + "/v1/completions: the stream carried no token");
-    if (s.completion_tokens == 0) return Status::internal(o_.url + ": the stream carried no usage (stream_options.include_usage)");
+    if (s.completion_tokens == 0)
+      return Status::internal(o_.url + ": the stream carried no usage (stream_options.include_usage)");
     s.ttft_s = std::chrono::duration<double>(first - sent).count();
     s.decode_s = std::chrono::duration<double>(last - first).count();
     return s;
@@ -163,7 +171,8 @@ Result<BenchResult> run_bench(const BenchOptions& in) {
     std::vector<std::string> prompts;
     for (int i = 0; i < o.concurrency; ++i) prompts.push_back(prompt_of(o.ttft_tokens, rng));
     for (int i = 0; i < o.concurrency; ++i) {
-      streams.push_back(std::async(std::launch::async, [&o, p = prompts[i]] { return Client(o).stream(p, o.gen_tokens); }));
+      streams.push_back(
+          std::async(std::launch::async, [&o, p = prompts[i]] { return Client(o).stream(p, o.gen_tokens); }));
     }
     int tokens = 0;
     for (auto& f : streams) {
@@ -183,7 +192,8 @@ std::string format_result(const BenchResult& r) {
   std::snprintf(line, sizeof line, "%-20s %12s %12s %12s  %s\n", "figure", "median", "min", "max", "unit");
   out += line;
   for (const Figure& f : r.figures) {
-    std::snprintf(line, sizeof line, "%-20s %12.1f %12.1f %12.1f  %s\n", f.name.c_str(), f.median, f.min, f.max, f.unit.c_str());
+    std::snprintf(line, sizeof line, "%-20s %12.1f %12.1f %12.1f  %s\n", f.name.c_str(), f.median, f.min, f.max,
+                  f.unit.c_str());
     out += line;
   }
   return out;
@@ -192,7 +202,8 @@ std::string format_result(const BenchResult& r) {
 std::string result_to_json(const BenchResult& r, int indent) {
   json j = {{"model", r.model}, {"figures", json::object()}};
   for (const Figure& f : r.figures) {
-    j["figures"][f.name] = {{"median", f.median}, {"min", f.min}, {"max", f.max}, {"unit", f.unit}, {"samples", f.samples}};
+    j["figures"][f.name] = {
+        {"median", f.median}, {"min", f.min}, {"max", f.max}, {"unit", f.unit}, {"samples", f.samples}};
   }
   return j.dump(indent);
 }

@@ -11,21 +11,21 @@
 namespace tandem::bench {
 
 struct BenchOptions {
-  std::string url = "http://127.0.0.1:8080";  // base URL, without /v1
-  std::string key;                            // API key; "" sends none
-  std::string model;                          // "" = the first of /v1/models
-  int runs = 5;                               // repetitions per figure; the median is reported
-  int gen_tokens = 128;                       // generated tokens for decode figures
+  std::string url = "http://127.0.0.1:8080";      // base URL, without /v1
+  std::string key;                                // API key; "" sends none
+  std::string model;                              // "" = the first of /v1/models
+  int runs = 5;                                   // repetitions per figure; the median is reported
+  int gen_tokens = 128;                           // generated tokens for decode figures
   std::vector<int> prefill_tokens = {512, 4096};  // prompt sizes for prefill figures
-  int ttft_tokens = 512;                      // prompt size for time to first token
-  int concurrency = 4;                        // streams for the aggregate figure
-  int timeout_s = 600;                        // per request
+  int ttft_tokens = 512;                          // prompt size for time to first token
+  int concurrency = 4;                            // streams for the aggregate figure
+  int timeout_s = 600;                            // per request
 };
 
 // A figure over the runs: median and spread.
 struct Figure {
-  std::string name;   // e.g. "decode_tps", "prefill_tps_512", "ttft_ms", "aggregate_tps"
-  std::string unit;   // "tok/s" or "ms"
+  std::string name;  // e.g. "decode_tps", "prefill_tps_512", "ttft_ms", "aggregate_tps"
+  std::string unit;  // "tok/s" or "ms"
   double median = 0, min = 0, max = 0;
   std::vector<double> samples;
 };

@@ -18,8 +18,11 @@ void register_devices(CLI::App& app) {
     if (json) {
       nlohmann::json out = nlohmann::json::array();
       for (const auto& d : devices) {
-        out.push_back({{"name", d.name}, {"description", d.description}, {"type", d.type},
-                       {"free_bytes", d.free_bytes}, {"total_bytes", d.total_bytes}});
+        out.push_back({{"name", d.name},
+                       {"description", d.description},
+                       {"type", d.type},
+                       {"free_bytes", d.free_bytes},
+                       {"total_bytes", d.total_bytes}});
       }
       std::printf("%s\n", out.dump(2).c_str());
       return;

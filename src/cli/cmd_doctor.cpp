@@ -9,16 +9,24 @@ namespace tandem::cli {
 namespace {
 
 void register_doctor(CLI::App& app) {
-  auto* cmd = app.add_subcommand("doctor", "Check the cluster of tandem.toml from the head: workers, secret, versions, memory, link, cache, exposure");
+  auto* cmd = app.add_subcommand(
+      "doctor",
+      "Check the cluster of tandem.toml from the head: workers, secret, versions, memory, link, cache, exposure");
   static std::string config_path, probe_bytes = "64MiB";
   static ops::DoctorOptions o;
   static std::vector<uint16_t> rpc_ports;
   static int timeout_ms = 5000;
   cmd->add_option("-c,--config", config_path, "tandem.toml (docs/config.md)")->required();
-  cmd->add_option("--pings", o.pings, "Round trips measured per worker")->capture_default_str()->check(CLI::Range(1, 100000));
-  cmd->add_option("--probe-bytes", probe_bytes, "Bytes sent each way to measure throughput (0: skip)")->capture_default_str();
-  cmd->add_option("--rpc-port", rpc_ports, "Ports tried on each worker's address for an exposed ggml RPC server (default 50052; repeat)");
-  cmd->add_option("--timeout-ms", timeout_ms, "Deadline of each connect and handshake step")->capture_default_str()->check(CLI::Range(100, 600000));
+  cmd->add_option("--pings", o.pings, "Round trips measured per worker")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--probe-bytes", probe_bytes, "Bytes sent each way to measure throughput (0: skip)")
+      ->capture_default_str();
+  cmd->add_option("--rpc-port", rpc_ports,
+                  "Ports tried on each worker's address for an exposed ggml RPC server (default 50052; repeat)");
+  cmd->add_option("--timeout-ms", timeout_ms, "Deadline of each connect and handshake step")
+      ->capture_default_str()
+      ->check(CLI::Range(100, 600000));
   cmd->callback([] {
     auto c = config::load_config(config_path);
     if (!c.is_ok()) fail(c.status().message(), 2);

@@ -19,7 +19,6 @@ namespace tandem::cli {
 
 namespace {
 
-
 std::atomic<bool> stop_requested{false};
 void on_signal(int) { stop_requested = true; }
 
@@ -44,7 +43,8 @@ engine::Placement placement(const EngineFlags& f) {
   p.workers_first = f.workers_first;
   for (const std::string& w : f.worker_caches) {
     const size_t eq = w.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == w.size()) fail("--worker-cache: expected HOST:PORT=FILE, got '" + w + "'", 2);
+    if (eq == std::string::npos || eq == 0 || eq + 1 == w.size())
+      fail("--worker-cache: expected HOST:PORT=FILE, got '" + w + "'", 2);
     p.cache_listings[w.substr(0, eq)] = w.substr(eq + 1);
     p.tandem_workers.insert(w.substr(0, eq));  // only a tandem worker has a cache
   }
@@ -72,7 +72,8 @@ void run_one_shot(EngineFlags& f) {
     // ggml's server prints its log on stdout: the result keeps the real one, the log goes to stderr.
     std::fflush(stdout);
     out = ::fdopen(::dup(1), "w");
-    if (out == nullptr || ::dup2(2, 1) < 0) fail(std::string("--rpc-in-process: cannot set stdout aside: ") + std::strerror(errno));
+    if (out == nullptr || ::dup2(2, 1) < 0)
+      fail(std::string("--rpc-in-process: cannot set stdout aside: ") + std::strerror(errno));
     if (Status s = engine::start_in_process_rpc_server(f.rpc_in_process, o.threads); !s.is_ok()) fail(s.message());
   }
   auto r = engine::generate(o);
@@ -103,57 +104,84 @@ void run_server(EngineFlags& f) {
 }
 
 void register_engine(CLI::App& app) {
-  auto* cmd = app.add_subcommand("engine", "Run the inference engine on a Unix socket (--socket), or generate once (--prompt)");
+  auto* cmd =
+      app.add_subcommand("engine", "Run the inference engine on a Unix socket (--socket), or generate once (--prompt)");
   static EngineFlags f;
   engine::GenerateOptions& o = f.one_shot;
   cmd->add_option("-m,--model", o.model, "GGUF model file")->required();
-  auto* socket = cmd->add_option("--socket", f.serve.socket_path, "Serve the engine protocol on this Unix socket (docs/engine-protocol.md)");
-  auto* prompt = cmd->add_option("-p,--prompt", o.prompt, "Generate once from this prompt and print the text and speed");
+  auto* socket = cmd->add_option("--socket", f.serve.socket_path,
+                                 "Serve the engine protocol on this Unix socket (docs/engine-protocol.md)");
+  auto* prompt =
+      cmd->add_option("-p,--prompt", o.prompt, "Generate once from this prompt and print the text and speed");
   socket->excludes(prompt);
-  cmd->add_option("-n,--n-predict", o.n_predict, "--prompt: tokens to generate at most")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("-c,--context", o.n_ctx, "Context size in tokens (--socket: per parallel slot)")->capture_default_str()->check(CLI::Range(16, 1 << 24));
-  cmd->add_option("--parallel", f.serve.scheduler.parallel, "--socket: requests decoded at the same time (slots)")->capture_default_str()->check(CLI::Range(1, 256));
-  cmd->add_option("--batch", f.serve.scheduler.batch, "--socket: tokens per decode step at most")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("-n,--n-predict", o.n_predict, "--prompt: tokens to generate at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("-c,--context", o.n_ctx, "Context size in tokens (--socket: per parallel slot)")
+      ->capture_default_str()
+      ->check(CLI::Range(16, 1 << 24));
+  cmd->add_option("--parallel", f.serve.scheduler.parallel, "--socket: requests decoded at the same time (slots)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--batch", f.serve.scheduler.batch, "--socket: tokens per decode step at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--prompt-chunk", f.serve.scheduler.max_prompt_chunk,
-                  "--socket: prompt tokens per slot and step at most (0: the batch; below 64 for batch-independent results on CPU)")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 16));
-  cmd->add_option("-t,--threads", o.threads, "CPU threads (0: one per physical core)")->capture_default_str()->check(CLI::NonNegativeNumber);
+                  "--socket: prompt tokens per slot and step at most (0: the batch; below 64 for batch-independent "
+                  "results on CPU)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-t,--threads", o.threads, "CPU threads (0: one per physical core)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--temperature", o.temperature, "--prompt: sample at this temperature instead of greedy decoding")
-      ->check(CLI::Range(0.0f, 5.0f))->each([](const std::string&) { f.one_shot.greedy = false; });
+      ->check(CLI::Range(0.0f, 5.0f))
+      ->each([](const std::string&) { f.one_shot.greedy = false; });
   cmd->add_option("--seed", o.seed, "--prompt: sampling seed")->capture_default_str();
   cmd->add_flag("--ignore-eos", o.ignore_eos, "--prompt: keep generating past end-of-generation tokens");
   cmd->add_option("--rpc", f.rpc, "Comma-separated ggml RPC servers (host:port) to offload layers to");
-  cmd->add_option("--cpu-layers", o.placement.cpu_layers, "Number of leading layers kept on the host CPU")->capture_default_str();
-  cmd->add_option("--layer-split", f.split, "Comma-separated layer counts per offload device (local GPUs, then RPC devices; see --workers-first)");
-  cmd->add_flag("--workers-first", f.workers_first,
-                "Order the offload devices as llama.cpp does: RPC devices first, local GPUs last (the first layers run on the workers; "
-                "the output head stays on the last local GPU without a tensor override, so pipeline parallelism stays on)");
+  cmd->add_option("--cpu-layers", o.placement.cpu_layers, "Number of leading layers kept on the host CPU")
+      ->capture_default_str();
+  cmd->add_option(
+      "--layer-split", f.split,
+      "Comma-separated layer counts per offload device (local GPUs, then RPC devices; see --workers-first)");
+  cmd->add_flag(
+      "--workers-first", f.workers_first,
+      "Order the offload devices as llama.cpp does: RPC devices first, local GPUs last (the first layers run on the "
+      "workers; "
+      "the output head stays on the last local GPU without a tensor override, so pipeline parallelism stays on)");
   cmd->add_option("--worker-cache", f.worker_caches,
                   "HOST:PORT=FILE: the tandem worker behind this RPC endpoint has the weights FILE lists cached "
                   "(\"HASH BYTES\" lines; `tandem serve` writes it); load them from there (repeatable)");
   cmd->add_flag("--output-with-last-device", f.output_last,
-               "Put the output head with the last device as llama.cpp does (default with local GPUs and RPC servers: on the last local GPU)");
-  cmd->add_option("--tandem-worker", f.tandem_workers,
-                  "HOST:PORT (repeatable): this --rpc endpoint reaches a tandem worker of this build (through `tandem link "
-                  "forward`), so a step's inputs that repeat across layers cross the link once; never a stock ggml RPC server "
-                  "(implied by --worker-cache)");
-  cmd->add_option("--rpc-in-process", f.rpc_in_process,
-                  "--prompt: start ggml's RPC server inside this process on HOST:PORT, serving the local GPUs (name it in "
-                  "--rpc too): a split with both halves in one process and one CUDA context, for measurement");
+                "Put the output head with the last device as llama.cpp does (default with local GPUs and RPC servers: "
+                "on the last local GPU)");
+  cmd->add_option(
+      "--tandem-worker", f.tandem_workers,
+      "HOST:PORT (repeatable): this --rpc endpoint reaches a tandem worker of this build (through `tandem link "
+      "forward`), so a step's inputs that repeat across layers cross the link once; never a stock ggml RPC server "
+      "(implied by --worker-cache)");
+  cmd->add_option(
+      "--rpc-in-process", f.rpc_in_process,
+      "--prompt: start ggml's RPC server inside this process on HOST:PORT, serving the local GPUs (name it in "
+      "--rpc too): a split with both halves in one process and one CUDA context, for measurement");
   // The data path's switches, from their table (datapath/switches.h).
   for (const datapath::DataPathSwitch& sw : datapath::kDataPathSwitches) {
     std::string help = std::string("On by default: ") + sw.mechanism + ". Off: " + sw.measures;
     if (sw.needs != nullptr) help += std::string(". Also off with ") + sw.needs;
     const std::string flag = sw.flag;
-    cmd->add_flag(flag, [flag](int64_t) { f.switches_off.push_back(flag); }, help);
+    cmd->add_flag(
+        flag, [flag](int64_t) { f.switches_off.push_back(flag); }, help);
   }
-  cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs, "Turn CUDA graphs off in the engine (GGML_CUDA_DISABLE_GRAPHS=1)");
+  cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs,
+                "Turn CUDA graphs off in the engine (GGML_CUDA_DISABLE_GRAPHS=1)");
   cmd->add_flag("--json", f.json, "--prompt: print the result as JSON (text, tokens, timings)");
   cmd->add_flag("-v,--verbose", f.verbose, "Show libllama's log (-v warnings, -vv everything)");
   add_log_format_option(cmd);
   cmd->callback([socket, prompt] {
     engine::set_llama_verbosity(f.verbose);
-    if (socket->count() == 0 && prompt->count() == 0) fail("engine: give --socket PATH to serve or --prompt TEXT to generate once", 2);
+    if (socket->count() == 0 && prompt->count() == 0)
+      fail("engine: give --socket PATH to serve or --prompt TEXT to generate once", 2);
     f.serve.scheduler.context = f.one_shot.n_ctx;
     if (socket->count() > 0) return run_server(f);
     run_one_shot(f);

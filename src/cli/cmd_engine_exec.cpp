@@ -13,7 +13,8 @@ namespace {
 // `tandem engine ...` runs the tandem-engine program installed beside tandem, with the same
 // arguments, replacing this process.
 void register_engine_exec(CLI::App& app) {
-  auto* cmd = app.add_subcommand("engine", "Run the inference engine (tandem-engine); `tandem engine --help` for its flags");
+  auto* cmd =
+      app.add_subcommand("engine", "Run the inference engine (tandem-engine); `tandem engine --help` for its flags");
   cmd->prefix_command();
   cmd->set_help_flag();
   cmd->callback([cmd] {

@@ -8,7 +8,8 @@ namespace tandem::cli {
 namespace {
 
 void register_inspect(CLI::App& app) {
-  auto* cmd = app.add_subcommand("inspect", "Describe a GGUF model from its header: shape, parameters, bytes read per token");
+  auto* cmd =
+      app.add_subcommand("inspect", "Describe a GGUF model from its header: shape, parameters, bytes read per token");
   static std::string path;
   static bool json = false;
   cmd->add_option("MODEL", path, "GGUF file (the first split of a split model)")->required();

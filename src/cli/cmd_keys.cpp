@@ -45,9 +45,12 @@ void register_keys(CLI::App& app) {
   static std::string name;
   static gateway::KeyLimits limits;
   create->add_option("--name", name, "A name for the key: who or what uses it")->required();
-  create->add_option("--rpm", limits.rpm, "Requests per minute (0: unlimited)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  create->add_option("--rpm", limits.rpm, "Requests per minute (0: unlimited)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   create->add_option("--concurrency", limits.concurrency, "Requests in flight at once (0: unlimited)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   create->callback([] {
     auto k = open_store(database(db, config_path))->create(name, limits);
     if (!k.is_ok()) fail(k.status().message());
@@ -66,7 +69,8 @@ void register_keys(CLI::App& app) {
       std::printf("%-10s %-20s %-8s %6d %6d %10llu %12llu %12llu  %-16s %s\n", k.id.c_str(), k.name.c_str(),
                   k.revoked_at ? "revoked" : "active", k.limits.rpm, k.limits.concurrency,
                   static_cast<unsigned long long>(k.requests), static_cast<unsigned long long>(k.prompt_tokens),
-                  static_cast<unsigned long long>(k.completion_tokens), date(k.created_at).c_str(), date(k.revoked_at).c_str());
+                  static_cast<unsigned long long>(k.completion_tokens), date(k.created_at).c_str(),
+                  date(k.revoked_at).c_str());
     }
   });
 

@@ -29,8 +29,10 @@ void run_forward(const std::string& to, const std::string& listen, const std::st
   o.worker = endpoint_or_fail(to, "--to");
   o.listen = endpoint_or_fail(listen, "--listen", true);
   if (!link::is_loopback_host(o.listen.host)) {
-    std::fprintf(stderr, "tandem: WARNING: --listen %s is not loopback: anyone who can reach it gets raw, "
-                         "unauthenticated ggml RPC access to the worker\n", listen.c_str());
+    std::fprintf(stderr,
+                 "tandem: WARNING: --listen %s is not loopback: anyone who can reach it gets raw, "
+                 "unauthenticated ggml RPC access to the worker\n",
+                 listen.c_str());
   }
   o.heartbeat_deadline = link::Millis(deadline_ms);
   sigset_t set;
@@ -43,26 +45,29 @@ void run_forward(const std::string& to, const std::string& listen, const std::st
   f.on_log([](const std::string& line) { log::info("forward", line); });
   if (Status s = f.start(); !s.is_ok()) fail(s.message());
   log::info("forward", "listening on " + link::Endpoint{o.listen.host, f.port()}.to_string() + " for worker " +
-                 o.worker.to_string());
+                           o.worker.to_string());
   int sig = 0;
   ::sigwait(&set, &sig);
   const auto st = f.stats();
   f.stop();
   log::info("forward", "stopped; " + format_bytes(st.bytes_to_worker) + " to the worker, " +
-                 format_bytes(st.bytes_from_worker) + " from it");
+                           format_bytes(st.bytes_from_worker) + " from it");
 }
 
 void register_link(CLI::App& app) {
   auto* cmd = app.add_subcommand("link", "The authenticated cluster link, head side");
   cmd->require_subcommand(1);
-  auto* fwd = cmd->add_subcommand("forward", "Listen on loopback and forward ggml RPC connections to a worker through the link");
+  auto* fwd = cmd->add_subcommand("forward",
+                                  "Listen on loopback and forward ggml RPC connections to a worker through the link");
   static std::string to, listen = "127.0.0.1:0", secret_file;
   static int deadline_ms = 5000;
   fwd->add_option("--to", to, "The worker's address, HOST:PORT")->required();
-  fwd->add_option("--listen", listen, "Local address for the engine's RPC client (port 0: any free one)")->capture_default_str();
+  fwd->add_option("--listen", listen, "Local address for the engine's RPC client (port 0: any free one)")
+      ->capture_default_str();
   fwd->add_option("--secret-file", secret_file, "The cluster secret")->required();
   fwd->add_option("--heartbeat-deadline-ms", deadline_ms, "Cut the link when the worker is silent this long")
-      ->capture_default_str()->check(CLI::Range(100, 600000));
+      ->capture_default_str()
+      ->check(CLI::Range(100, 600000));
   add_log_format_option(fwd);
   fwd->callback([] { run_forward(to, listen, secret_file, deadline_ms); });
 

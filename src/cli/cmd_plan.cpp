@@ -45,11 +45,13 @@ std::vector<plan::NodeSpec> resolve_nodes(const PlanFlags& f, const Config& c) {
 }
 
 void register_plan(CLI::App& app) {
-  auto* cmd = app.add_subcommand("plan", "Place a model's layers over the head and workers, and explain the memory it needs");
+  auto* cmd =
+      app.add_subcommand("plan", "Place a model's layers over the head and workers, and explain the memory it needs");
   static PlanFlags f;
   static ConfigFlags flags(cmd);
-  cmd->add_option("-c,--config", f.config,
-                  "tandem.toml: the model, its keys, and the cluster asked live as `tandem serve` asks it (the same plan)");
+  cmd->add_option(
+      "-c,--config", f.config,
+      "tandem.toml: the model, its keys, and the cluster asked live as `tandem serve` asks it (the same plan)");
   cmd->add_flag("--declared", f.declared, "With -c: plan from the memory the file declares, asking no one");
   cmd->add_option("--node", f.nodes, "NAME=MEM[@BW], e.g. box-a=128GiB@273GB/s; the first is the head (repeat)");
   cmd->add_flag("--head-cpu", f.head_cpu, "With --node: the head's layers run on its CPU (no local GPU)");

@@ -28,7 +28,8 @@ Status apply_workers(const std::vector<std::string>& flags, Config& c) {
     for (const auto& other : c.workers) {
       if (other.name == w.name) return Status::invalid_argument("--worker: the name '" + w.name + "' is given twice");
       if (other.address == w.address) {
-        return Status::invalid_argument("--worker: " + w.address + " is given twice ('" + other.name + "' and '" + w.name + "')");
+        return Status::invalid_argument("--worker: " + w.address + " is given twice ('" + other.name + "' and '" +
+                                        w.name + "')");
       }
     }
     c.workers.push_back(w);
@@ -39,10 +40,12 @@ Status apply_workers(const std::vector<std::string>& flags, Config& c) {
 // Every flag of serve is a key of tandem.toml (docs/config.md), bound here once.
 void add_config_flags(ConfigFlags& f) {
   // [cluster]
-  f.value("--secret-file", "[cluster] secret_file", [](Config& c) -> auto& { return c.cluster.secret_file; },
-          "Cluster secret shared with the workers");
-  f.value("--head-name", "[cluster] head_name", [](Config& c) -> auto& { return c.cluster.head_name; },
-          "This machine's name in plans, reports and the workers' logs");
+  f.value(
+      "--secret-file", "[cluster] secret_file", [](Config & c) -> auto& { return c.cluster.secret_file; },
+      "Cluster secret shared with the workers");
+  f.value(
+      "--head-name", "[cluster] head_name", [](Config & c) -> auto& { return c.cluster.head_name; },
+      "This machine's name in plans, reports and the workers' logs");
   f.parsed("--head-memory", "[cluster] head_memory", "Most memory the model may use on this machine, e.g. 110GiB",
            [](const std::string& t, Config& c) { return size_into(t, &c.cluster.head_memory); });
   f.parsed("--head-bandwidth", "[cluster] head_bandwidth", "This machine's memory bandwidth, e.g. 273GB/s",
@@ -51,54 +54,84 @@ void add_config_flags(ConfigFlags& f) {
              if (!b.is_ok()) return b.status();
              c.cluster.head_bandwidth = b.value();
              return Status::ok();
-           })->type_name("BW");
-  f.value("--head-device", "[cluster] head_device", [](Config& c) -> auto& { return c.cluster.head_device; },
-          "Where this machine's layers run: gpu or cpu")->check(CLI::IsMember({"gpu", "cpu"}));
-  f.toggle("--backtraces", "[cluster] backtraces", [](Config& c) -> auto& { return c.cluster.backtraces; }, true,
-           "Let ggml print a gdb backtrace into the log when the engine aborts (debugging only)");
+           })
+      ->type_name("BW");
+  f.value(
+       "--head-device", "[cluster] head_device", [](Config & c) -> auto& { return c.cluster.head_device; },
+       "Where this machine's layers run: gpu or cpu")
+      ->check(CLI::IsMember({"gpu", "cpu"}));
+  f.toggle(
+      "--backtraces", "[cluster] backtraces", [](Config & c) -> auto& { return c.cluster.backtraces; }, true,
+      "Let ggml print a gdb backtrace into the log when the engine aborts (debugging only)");
   // [model]
   add_model_flags(f);
-  f.value("-t,--threads", "[model] threads", [](Config& c) -> auto& { return c.model.threads; }, "Engine CPU threads (0: one per physical core)")
+  f.value(
+       "-t,--threads", "[model] threads", [](Config & c) -> auto& { return c.model.threads; },
+       "Engine CPU threads (0: one per physical core)")
       ->check(CLI::Range(0, 4096));
-  f.toggle("--no-cuda-graphs", "[model] cuda_graphs", [](Config& c) -> auto& { return c.model.cuda_graphs; }, false,
-           "Turn CUDA graphs off in the engine");
-  f.value("--engine-flag", "[model] engine_flags", [](Config& c) -> auto& { return c.model.engine_flags; },
-          "Turn one of the engine's optimisations off, to measure what it saves, e.g. --engine-flag=--no-worker-input-slots "
-          "(one of: " + gateway::engine_flags_list() + "; see `tandem engine --help`); repeat for more")
+  f.toggle(
+      "--no-cuda-graphs", "[model] cuda_graphs", [](Config & c) -> auto& { return c.model.cuda_graphs; }, false,
+      "Turn CUDA graphs off in the engine");
+  f.value(
+       "--engine-flag", "[model] engine_flags", [](Config & c) -> auto& { return c.model.engine_flags; },
+       "Turn one of the engine's optimisations off, to measure what it saves, e.g. "
+       "--engine-flag=--no-worker-input-slots "
+       "(one of: " +
+           gateway::engine_flags_list() + "; see `tandem engine --help`); repeat for more")
       ->allow_extra_args(false);
   // [server]
-  f.value("--listen", "[server] listen", [](Config& c) -> auto& { return c.server.listen; }, "Address of the HTTP API");
-  f.value("--keys-db", "[server] keys_db", [](Config& c) -> auto& { return c.server.keys_db; }, "API key database (see `tandem keys`)");
-  f.toggle("--status-page-public", "[server] status_page_public", [](Config& c) -> auto& { return c.server.status_page_public; },
-           true, "Show the status page's figures and /health's details without an API key");
-  f.value("--model-id", "[server] model_id", [](Config& c) -> auto& { return c.server.model_id; },
-          "Model name clients pass as `model` (default: the file name without .gguf)");
-  f.toggle("--insecure-no-auth", "[server] insecure_no_auth", [](Config& c) -> auto& { return c.server.insecure_no_auth; }, true,
-           "Serve the API without API keys (logged as a warning)");
-  f.value("--max-in-flight", "[server] max_in_flight", [](Config& c) -> auto& { return c.server.max_in_flight; },
-          "Generation requests admitted at once; more get 503")->check(CLI::Range(1, 100000));
-  f.value("--canary-interval", "[server] canary_interval", [](Config& c) -> auto& { return c.server.canary_interval_s; },
-          "Seconds between idle one-token canary generations")->check(CLI::Range(1, 86400));
-  f.value("--drain-timeout", "[server] drain_timeout", [](Config& c) -> auto& { return c.server.drain_timeout_s; },
-          "On SIGTERM, seconds in-flight requests may finish")->check(CLI::Range(0, 3600));
-  f.value("--cors-origin", "[server] cors_origins", [](Config& c) -> auto& { return c.server.cors_origins; },
-          "A browser origin allowed to call the API, e.g. https://chat.example.org, or * for any; repeat for more (CORS is off "
-          "without one)")
+  f.value(
+      "--listen", "[server] listen", [](Config & c) -> auto& { return c.server.listen; }, "Address of the HTTP API");
+  f.value(
+      "--keys-db", "[server] keys_db", [](Config & c) -> auto& { return c.server.keys_db; },
+      "API key database (see `tandem keys`)");
+  f.toggle(
+      "--status-page-public", "[server] status_page_public",
+      [](Config & c) -> auto& { return c.server.status_page_public; }, true,
+      "Show the status page's figures and /health's details without an API key");
+  f.value(
+      "--model-id", "[server] model_id", [](Config & c) -> auto& { return c.server.model_id; },
+      "Model name clients pass as `model` (default: the file name without .gguf)");
+  f.toggle(
+      "--insecure-no-auth", "[server] insecure_no_auth", [](Config & c) -> auto& { return c.server.insecure_no_auth; },
+      true, "Serve the API without API keys (logged as a warning)");
+  f.value(
+       "--max-in-flight", "[server] max_in_flight", [](Config & c) -> auto& { return c.server.max_in_flight; },
+       "Generation requests admitted at once; more get 503")
+      ->check(CLI::Range(1, 100000));
+  f.value(
+       "--canary-interval", "[server] canary_interval", [](Config & c) -> auto& { return c.server.canary_interval_s; },
+       "Seconds between idle one-token canary generations")
+      ->check(CLI::Range(1, 86400));
+  f.value(
+       "--drain-timeout", "[server] drain_timeout", [](Config & c) -> auto& { return c.server.drain_timeout_s; },
+       "On SIGTERM, seconds in-flight requests may finish")
+      ->check(CLI::Range(0, 3600));
+  f.value(
+       "--cors-origin", "[server] cors_origins", [](Config & c) -> auto& { return c.server.cors_origins; },
+       "A browser origin allowed to call the API, e.g. https://chat.example.org, or * for any; repeat for more (CORS "
+       "is off "
+       "without one)")
       ->allow_extra_args(false);
-  f.value("--log-format", "[server] log_format", [](Config& c) -> auto& { return c.server.log_format; },
-          "Log lines as readable text or one JSON object per line")->check(CLI::IsMember({"text", "json"}));
+  f.value(
+       "--log-format", "[server] log_format", [](Config & c) -> auto& { return c.server.log_format; },
+       "Log lines as readable text or one JSON object per line")
+      ->check(CLI::IsMember({"text", "json"}));
   // [plan]
   add_plan_flags(f);
 }
 
 void register_serve(CLI::App& app) {
-  auto* cmd = app.add_subcommand("serve", "Serve the model across the cluster: the OpenAI-compatible API, with keys, health and metrics");
+  auto* cmd = app.add_subcommand(
+      "serve", "Serve the model across the cluster: the OpenAI-compatible API, with keys, health and metrics");
   static std::string config_path;
   static std::vector<std::string> workers;
   static ConfigFlags flags(cmd);
-  cmd->add_option("-c,--config", config_path, "tandem.toml (docs/config.md); every flag below overrides one of its keys");
-  cmd->add_option("--worker", workers,
-                  "A worker, NAME=HOST:PORT or HOST:PORT, in layer order; repeat for more (replaces the file's [[worker]] tables)");
+  cmd->add_option("-c,--config", config_path,
+                  "tandem.toml (docs/config.md); every flag below overrides one of its keys");
+  cmd->add_option(
+      "--worker", workers,
+      "A worker, NAME=HOST:PORT or HOST:PORT, in layer order; repeat for more (replaces the file's [[worker]] tables)");
   add_config_flags(flags);
   cmd->callback([] {
     auto c = flags.resolve(config_path);

@@ -66,7 +66,8 @@ namespace {
 void register_synth(CLI::App& app) {
   std::string preset_help = "Model shape to start from:";
   for (const auto& p : synth::presets()) preset_help += "\n  " + p.name + ": " + p.summary;
-  auto* cmd = app.add_subcommand("synth", "Write a GGUF model with random weights and a real tokenizer (for tests and benchmarks)");
+  auto* cmd = app.add_subcommand(
+      "synth", "Write a GGUF model with random weights and a real tokenizer (for tests and benchmarks)");
   static SynthArgs a;
   cmd->add_option("-o,--output", a.output, "Output GGUF file")->required();
   cmd->add_option("--preset", a.preset, preset_help)->capture_default_str();
@@ -84,11 +85,14 @@ void register_synth(CLI::App& app) {
   cmd->add_option("--experts-used", a.experts_used, "Routed experts used per token");
   cmd->add_option("--experts-shared", a.experts_shared, "Shared experts per layer (minimax-m3)");
   cmd->add_option("--context", a.context, "Trained context length written to the header");
-  cmd->add_option("--vocab", a.vocab, "Vocabulary GGUF to take the tokenizer from (a path, or a name in llama.cpp's models/)");
-  cmd->add_option("--vocab-size", a.vocab_size, "Embedding rows (only with --header-only: the real model's vocabulary size)");
+  cmd->add_option("--vocab", a.vocab,
+                  "Vocabulary GGUF to take the tokenizer from (a path, or a name in llama.cpp's models/)");
+  cmd->add_option("--vocab-size", a.vocab_size,
+                  "Embedding rows (only with --header-only: the real model's vocabulary size)");
   cmd->add_option("--chat-template", a.chat_template, "Chat template file in llama.cpp's models/templates");
   cmd->add_option("--seed", a.seed, "Random seed of the weights");
-  cmd->add_flag("--header-only", a.header_only, "Write the tensor table only, no data: a small file that inspect and plan read as the real model");
+  cmd->add_flag("--header-only", a.header_only,
+                "Write the tensor table only, no data: a small file that inspect and plan read as the real model");
   cmd->add_option("--threads", a.threads, "Generator threads (0: all cores)")->capture_default_str();
   cmd->callback([] {
     const synth::ModelSpec spec = build_spec(a);

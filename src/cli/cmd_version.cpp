@@ -8,7 +8,8 @@ namespace tandem::cli {
 namespace {
 
 void register_version(CLI::App& app) {
-  auto* cmd = app.add_subcommand("version", "Print tandem's version, the llama.cpp it is built on, and the ggml backends compiled in");
+  auto* cmd = app.add_subcommand(
+      "version", "Print tandem's version, the llama.cpp it is built on, and the ggml backends compiled in");
   cmd->callback([] {
     const worker::BuildInfo b = worker::build_info();
     std::printf("tandem    %s\n", b.tandem_version.c_str());

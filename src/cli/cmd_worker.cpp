@@ -2,13 +2,13 @@
 #include <map>
 
 #include "cli/commands.h"
-#include "common/strings.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "common/units.h"
 #include "config/config.h"
+#include "link/secret.h"
 #include "plan/model_info.h"
 #include "plan/plan_config.h"
-#include "link/secret.h"
 #include "worker/cache.h"
 #include "worker/rpc_server.h"
 #include "worker/worker.h"
@@ -16,7 +16,6 @@
 namespace tandem::cli {
 
 namespace {
-
 
 struct WorkerFlags {
   std::string config_path, listen, secret_file, devices, cache_dir, cache_max, name, log_format;
@@ -71,7 +70,8 @@ void seed_from_config(const std::string& path, const std::string& name, bool pla
   if (!w.is_ok()) fail(w.status().message(), 2);
   if (o->model.empty()) o->model = c->model.path;
   if (o->cache_dir.empty()) o->cache_dir = w.value()->cache_dir;
-  if (o->cache_dir.empty()) fail(path + ": [[worker]] '" + w.value()->name + "' has no cache_dir (or pass --cache-dir)", 2);
+  if (o->cache_dir.empty())
+    fail(path + ": [[worker]] '" + w.value()->name + "' has no cache_dir (or pass --cache-dir)", 2);
   if (!plan_layers) return;
   auto info = plan::read_model_info(o->model);
   if (!info.is_ok()) fail(info.status().message());
@@ -80,11 +80,12 @@ void seed_from_config(const std::string& path, const std::string& name, bool pla
     std::fprintf(stderr, "seeding every layer: %s\n", range.status().message().c_str());
     return;
   }
-  if (!range->has_value()) fail("the plan of " + path + " gives worker '" + w.value()->name + "' no layers: nothing to seed");
+  if (!range->has_value())
+    fail("the plan of " + path + " gives worker '" + w.value()->name + "' no layers: nothing to seed");
   o->first_layer = range->value().first;
   o->last_layer = range->value().second;
-  std::fprintf(stderr, "seeding layers %d-%d of %s, worker '%s''s share under the plan of %s\n", o->first_layer, o->last_layer,
-               o->model.c_str(), w.value()->name.c_str(), path.c_str());
+  std::fprintf(stderr, "seeding layers %d-%d of %s, worker '%s''s share under the plan of %s\n", o->first_layer,
+               o->last_layer, o->model.c_str(), w.value()->name.c_str(), path.c_str());
 }
 
 void run_worker_command(const WorkerFlags& f) {
@@ -120,8 +121,9 @@ void add_seed(CLI::App* worker) {
   auto* seed = worker->add_subcommand("seed", "Pre-fill the RPC weight cache from this machine's copy of the model");
   static worker::SeedOptions o;
   static std::string layers, config_path, name;
-  seed->add_option("-c,--config", config_path,
-                   "tandem.toml: the model, this worker's cache_dir, and its layers under the plan of the declared memory");
+  seed->add_option(
+      "-c,--config", config_path,
+      "tandem.toml: the model, this worker's cache_dir, and its layers under the plan of the declared memory");
   seed->add_option("--name", name, "With -c: which [[worker]] this is (default: the only one)");
   seed->add_option("-m,--model", o.model, "GGUF model (first split of a split model; default with -c: [model] path)");
   seed->add_option("--cache-dir", o.cache_dir, "The worker's --cache-dir (default with -c: its cache_dir)");
@@ -137,11 +139,12 @@ void add_seed(CLI::App* worker) {
     }
     auto r = worker::seed_cache(o);
     if (!r.is_ok()) fail(r.status().message());
-    std::printf("seeded %s: %llu tensors written (%s), %llu already present; %llu tensors (%s) are at or below the "
-                "1 MiB seeding threshold and will travel over the link\n",
-                o.cache_dir.c_str(), static_cast<unsigned long long>(r->tensors_written), format_bytes(r->bytes_written).c_str(),
-                static_cast<unsigned long long>(r->tensors_present), static_cast<unsigned long long>(r->tensors_small),
-                format_bytes(r->bytes_small).c_str());
+    std::printf(
+        "seeded %s: %llu tensors written (%s), %llu already present; %llu tensors (%s) are at or below the "
+        "1 MiB seeding threshold and will travel over the link\n",
+        o.cache_dir.c_str(), static_cast<unsigned long long>(r->tensors_written),
+        format_bytes(r->bytes_written).c_str(), static_cast<unsigned long long>(r->tensors_present),
+        static_cast<unsigned long long>(r->tensors_small), format_bytes(r->bytes_small).c_str());
   });
 }
 
@@ -181,7 +184,8 @@ void add_cache(CLI::App* worker) {
   prune->callback([] {
     auto r = worker::prune_cache(dir, models);
     if (!r.is_ok()) fail(r.status().message());
-    std::printf("removed %llu entries (%s)\n", static_cast<unsigned long long>(r->entries), format_bytes(r->bytes).c_str());
+    std::printf("removed %llu entries (%s)\n", static_cast<unsigned long long>(r->entries),
+                format_bytes(r->bytes).c_str());
   });
 }
 
@@ -203,29 +207,42 @@ void add_rpc_server(CLI::App* worker) {
 void register_worker(CLI::App& app) {
   auto* cmd = app.add_subcommand("worker", "Serve this machine's devices to a head over the authenticated link");
   static WorkerFlags f;
-  cmd->add_option("-c,--config", f.config_path, "tandem.toml: this worker's [[worker]] table (see --name); the flags below override it");
-  f.opts["--listen"] = cmd->add_option("--listen", f.listen, "Public address, ADDR:PORT (e.g. 0.0.0.0:7070) ([[worker]] listen)");
-  f.opts["--secret-file"] = cmd->add_option("--secret-file", f.secret_file, "The cluster secret (see `tandem secret new`) ([cluster] secret_file)");
-  f.opts["--devices"] = cmd->add_option("--devices", f.devices, "Comma-separated ggml devices (default: every GPU, else the CPU) ([[worker]] devices)");
-  f.opts["--cache-dir"] = cmd->add_option("--cache-dir", f.cache_dir, "Weight cache folder (see `tandem worker seed`) ([[worker]] cache_dir)");
-  f.opts["--cache-max-size"] = cmd->add_option("--cache-max-size", f.cache_max,
-                                               "Bound the cache (e.g. 200GiB), evicting least recently used entries ([[worker]] cache_max_size)");
-  f.opts["--threads"] = cmd->add_option("--threads", f.threads, "CPU threads of the RPC server (0: one per physical core) ([[worker]] threads)")
+  cmd->add_option("-c,--config", f.config_path,
+                  "tandem.toml: this worker's [[worker]] table (see --name); the flags below override it");
+  f.opts["--listen"] =
+      cmd->add_option("--listen", f.listen, "Public address, ADDR:PORT (e.g. 0.0.0.0:7070) ([[worker]] listen)");
+  f.opts["--secret-file"] = cmd->add_option("--secret-file", f.secret_file,
+                                            "The cluster secret (see `tandem secret new`) ([cluster] secret_file)");
+  f.opts["--devices"] = cmd->add_option(
+      "--devices", f.devices, "Comma-separated ggml devices (default: every GPU, else the CPU) ([[worker]] devices)");
+  f.opts["--cache-dir"] = cmd->add_option("--cache-dir", f.cache_dir,
+                                          "Weight cache folder (see `tandem worker seed`) ([[worker]] cache_dir)");
+  f.opts["--cache-max-size"] = cmd->add_option(
+      "--cache-max-size", f.cache_max,
+      "Bound the cache (e.g. 200GiB), evicting least recently used entries ([[worker]] cache_max_size)");
+  f.opts["--threads"] = cmd->add_option("--threads", f.threads,
+                                        "CPU threads of the RPC server (0: one per physical core) ([[worker]] threads)")
                             ->capture_default_str();
   f.opts["--name"] = cmd->add_option("--name", f.name,
-                                     "This worker's name in messages (default: the hostname); with -c, which [[worker]] it is (default: the only one)");
+                                     "This worker's name in messages (default: the hostname); with -c, which "
+                                     "[[worker]] it is (default: the only one)");
   cmd->add_option("--handshake-timeout-ms", f.handshake_ms, "Deadline of each handshake step")
-      ->capture_default_str()->check(CLI::Range(100, 600000));
-  f.opts["--no-cuda-graphs"] = cmd->add_flag("--no-cuda-graphs", f.no_graphs, "Run the RPC server with CUDA graphs off ([[worker]] cuda_graphs = false)");
+      ->capture_default_str()
+      ->check(CLI::Range(100, 600000));
+  f.opts["--no-cuda-graphs"] = cmd->add_flag(
+      "--no-cuda-graphs", f.no_graphs, "Run the RPC server with CUDA graphs off ([[worker]] cuda_graphs = false)");
   cmd->add_flag("--sync-input-writes", f.sync_writes,
                 "Let ggml write each step's inputs to the GPU one at a time, waiting on each (default: queued on a "
                 "stream of their own; this is for measuring the difference)");
-  f.opts["--no-private-netns"] = cmd->add_flag("--no-private-netns", f.no_netns,
-                                               "Do not isolate the RPC server in a private network namespace ([[worker]] private_netns = false)");
-  f.opts["--backtraces"] = cmd->add_flag("--backtraces", f.backtraces,
-                                         "Let ggml print a gdb backtrace into the log when the RPC server aborts ([cluster] backtraces)");
-  f.opts["--log-format"] = cmd->add_option("--log-format", f.log_format, "Log lines as text (default) or JSON ([[worker]] log_format)")
-                               ->check(CLI::IsMember({"text", "json"}));
+  f.opts["--no-private-netns"] =
+      cmd->add_flag("--no-private-netns", f.no_netns,
+                    "Do not isolate the RPC server in a private network namespace ([[worker]] private_netns = false)");
+  f.opts["--backtraces"] =
+      cmd->add_flag("--backtraces", f.backtraces,
+                    "Let ggml print a gdb backtrace into the log when the RPC server aborts ([cluster] backtraces)");
+  f.opts["--log-format"] =
+      cmd->add_option("--log-format", f.log_format, "Log lines as text (default) or JSON ([[worker]] log_format)")
+          ->check(CLI::IsMember({"text", "json"}));
   add_seed(cmd);
   add_cache(cmd);
   add_rpc_server(cmd);

@@ -31,5 +31,4 @@ void register_all(CLI::App& app);
 
 }  // namespace tandem::cli
 
-#define TANDEM_COMMAND(order, fn) \
-  static const ::tandem::cli::CommandRegistration tandem_command_##fn(order, fn)
+#define TANDEM_COMMAND(order, fn) static const ::tandem::cli::CommandRegistration tandem_command_##fn(order, fn)

@@ -37,36 +37,51 @@ Status size_into(const std::string& text, std::optional<uint64_t>* out) {
 
 void add_model_flags(ConfigFlags& f) {
   using config::Config;
-  f.value("-m,--model", "[model] path", [](Config& c) -> auto& { return c.model.path; }, "GGUF model file (the first split of a split model)");
-  f.value("--context", "[model] context", [](Config& c) -> auto& { return c.model.context; }, "Context tokens per sequence (default 4096)")
+  f.value(
+      "-m,--model", "[model] path", [](Config & c) -> auto& { return c.model.path; },
+      "GGUF model file (the first split of a split model)");
+  f.value(
+       "--context", "[model] context", [](Config & c) -> auto& { return c.model.context; },
+       "Context tokens per sequence (default 4096)")
       ->check(CLI::Range(1, 16777216));
-  f.value("--parallel", "[model] parallel", [](Config& c) -> auto& { return c.model.parallel; }, "Sequences served at once (default 1)")
+  f.value(
+       "--parallel", "[model] parallel", [](Config & c) -> auto& { return c.model.parallel; },
+       "Sequences served at once (default 1)")
       ->check(CLI::Range(1, 256));
-  f.value("--kv-type", "[model] kv_type", [](Config& c) -> auto& { return c.model.kv_type; }, "KV cache type: f16 (default), q8_0, q4_0, ...");
+  f.value(
+      "--kv-type", "[model] kv_type", [](Config & c) -> auto& { return c.model.kv_type; },
+      "KV cache type: f16 (default), q8_0, q4_0, ...");
   f.parsed("--layers", "[model] layers",
-           "A split by hand, one share per node, head first: counts (1,2,1) or the ranges `tandem plan` prints (-,0-1,2-3); "
+           "A split by hand, one share per node, head first: counts (1,2,1) or the ranges `tandem plan` prints "
+           "(-,0-1,2-3); "
            "the planner sizes it and refuses one that does not fit",
            [](const std::string& t, Config& c) {
              auto l = config::parse_layers(t);
              if (!l.is_ok()) return l.status();
              c.model.layers = l.value();
              return Status::ok();
-           })->type_name("SHARES");
+           })
+      ->type_name("SHARES");
 }
 
 void add_plan_flags(ConfigFlags& f) {
   using config::Config;
-  f.value("--margin", "[plan] margin", [](Config& c) -> auto& { return c.plan.margin; },
-          "Fraction of each device's free memory held back (default 0.05)")->check(CLI::Range(0.0, 0.99));
+  f.value(
+       "--margin", "[plan] margin", [](Config & c) -> auto& { return c.plan.margin; },
+       "Fraction of each device's free memory held back (default 0.05)")
+      ->check(CLI::Range(0.0, 0.99));
   f.parsed("--margin-bytes", "[plan] margin_bytes", "Bytes held back on each device on top (default 1GiB)",
            [](const std::string& t, Config& c) {
              std::optional<uint64_t> v;
              TANDEM_RETURN_IF_ERROR(size_into(t, &v));
              c.plan.margin_bytes = *v;
              return Status::ok();
-           })->type_name("SIZE");
-  f.value("--hop-ms", "[plan] hop_ms", [](Config& c) -> auto& { return c.plan.hop_ms; },
-          "Link cost per cable crossing per token, ms (default 0.5)")->check(CLI::Range(0.0, 1e6));
+           })
+      ->type_name("SIZE");
+  f.value(
+       "--hop-ms", "[plan] hop_ms", [](Config & c) -> auto& { return c.plan.hop_ms; },
+       "Link cost per cable crossing per token, ms (default 0.5)")
+      ->check(CLI::Range(0.0, 1e6));
 }
 
 }  // namespace tandem::cli

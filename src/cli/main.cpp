@@ -44,8 +44,9 @@ void fail(const std::string& message, int code) {
 }  // namespace tandem::cli
 
 int main(int argc, char** argv) {
-  CLI::App app{"tandem: serve one large language model across the machines you own.\n"
-               "Docs: docs/cli.md. Every subcommand has --help."};
+  CLI::App app{
+      "tandem: serve one large language model across the machines you own.\n"
+      "Docs: docs/cli.md. Every subcommand has --help."};
   app.require_subcommand(1);
   tandem::cli::register_all(app);
   try {

@@ -16,10 +16,18 @@ std::vector<DeviceInfo> local_devices() {
     d.name = ggml_backend_dev_name(dev);
     d.description = ggml_backend_dev_description(dev);
     switch (ggml_backend_dev_type(dev)) {
-      case GGML_BACKEND_DEVICE_TYPE_CPU: d.type = "cpu"; break;
-      case GGML_BACKEND_DEVICE_TYPE_GPU: d.type = "gpu"; break;
-      case GGML_BACKEND_DEVICE_TYPE_IGPU: d.type = "igpu"; break;
-      default: d.type = "accel"; break;
+      case GGML_BACKEND_DEVICE_TYPE_CPU:
+        d.type = "cpu";
+        break;
+      case GGML_BACKEND_DEVICE_TYPE_GPU:
+        d.type = "gpu";
+        break;
+      case GGML_BACKEND_DEVICE_TYPE_IGPU:
+        d.type = "igpu";
+        break;
+      default:
+        d.type = "accel";
+        break;
     }
     size_t free = 0, total = 0;
     ggml_backend_dev_memory(dev, &free, &total);

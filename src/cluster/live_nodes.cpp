@@ -85,7 +85,8 @@ plan::NodeSpec head_node(const config::Config& c) {
 }
 
 Result<std::vector<plan::NodeSpec>> query_workers(const config::Config& c, const link::Secret& secret,
-                                                  const std::atomic<bool>* wait_until, const WorkerAttempt& on_attempt) {
+                                                  const std::atomic<bool>* wait_until,
+                                                  const WorkerAttempt& on_attempt) {
   std::vector<plan::NodeSpec> nodes;
   for (const auto& w : c.workers) {
     auto ep = link::parse_endpoint(w.address);
@@ -99,7 +100,8 @@ Result<std::vector<plan::NodeSpec>> query_workers(const config::Config& c, const
       if (on_attempt) on_attempt(w.name, st.status());
       if (st.is_ok()) {
         nodes.push_back(node_from_status(w, st.value()));
-        log::info("serve", "worker " + w.name + " (" + w.address + "): " + std::to_string(nodes.back().devices.size()) + " device(s)");
+        log::info("serve", "worker " + w.name + " (" + w.address + "): " + std::to_string(nodes.back().devices.size()) +
+                               " device(s)");
         break;
       }
       // A refused secret or a version mismatch will not heal by waiting.
@@ -115,7 +117,6 @@ Result<std::vector<plan::NodeSpec>> query_workers(const config::Config& c, const
   }
   return nodes;
 }
-
 
 Result<std::vector<plan::NodeSpec>> live_nodes(const config::Config& c) {
   std::vector<plan::NodeSpec> nodes{head_node(c)};

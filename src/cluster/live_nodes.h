@@ -31,7 +31,8 @@ using WorkerAttempt = std::function<void(const std::string& name, const Status& 
 // failure is the error (naming the worker). A refused secret or version never waits. `on_attempt`
 // (may be empty) is called after every try.
 Result<std::vector<plan::NodeSpec>> query_workers(const config::Config& c, const link::Secret& secret,
-                                                  const std::atomic<bool>* wait_until, const WorkerAttempt& on_attempt = {});
+                                                  const std::atomic<bool>* wait_until,
+                                                  const WorkerAttempt& on_attempt = {});
 
 // The head and every worker, asked once, as `tandem serve` would plan them (`tandem plan -c`).
 // Errors name the worker that could not be asked.

@@ -36,7 +36,8 @@ Result<CacheListing> read_cache_listing(const std::string& path) {
   while (in >> name >> bytes) {
     ++line;
     auto h = parse_hash_name(name);
-    if (!h) return Status::invalid_argument(path + ":" + std::to_string(line) + ": '" + name + "' is not a cache entry name");
+    if (!h)
+      return Status::invalid_argument(path + ":" + std::to_string(line) + ": '" + name + "' is not a cache entry name");
     out[*h] = bytes;
   }
   if (!in.eof()) return Status::invalid_argument(path + ":" + std::to_string(line + 1) + ": expected 'HASH BYTES'");

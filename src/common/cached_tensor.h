@@ -36,7 +36,7 @@ constexpr uint64_t kSeedThreshold = 1ull * 1024 * 1024;
 // pinned llama.cpp: text ggml/src/ggml-rpc/ggml-rpc.cpp static uint64_t fnv_hash(const uint8_t * data, size_t len, uint64_t hash = 0xcbf29ce484222325ULL) {
 // pinned llama.cpp: text ggml/src/ggml-rpc/ggml-rpc.cpp const uint64_t fnv_prime = 0x100000001b3ULL; for (size_t i = 0; i < len; ++i) { hash ^= data[i]; hash *= fnv_prime;
 uint64_t fnv1a(const void* data, size_t n, uint64_t seed = 0xcbf29ce484222325ULL);
-std::string hash_name(uint64_t hash);  // 16 lowercase hex digits, the cache file's name
+std::string hash_name(uint64_t hash);                              // 16 lowercase hex digits, the cache file's name
 std::optional<uint64_t> parse_hash_name(const std::string& name);  // inverse; nullopt if not one
 
 // A worker's cache as it lists it: hash -> bytes.

@@ -27,10 +27,14 @@ std::atomic<Format>& current() {
 
 const char* level_name(Level l) {
   switch (l) {
-    case Level::debug: return "debug";
-    case Level::info: return "info";
-    case Level::warn: return "warn";
-    case Level::error: return "error";
+    case Level::debug:
+      return "debug";
+    case Level::info:
+      return "info";
+    case Level::warn:
+      return "warn";
+    case Level::error:
+      return "error";
   }
   return "info";
 }
@@ -56,10 +60,14 @@ size_t utf8_length(std::string_view s, size_t i) {
   size_t n;
   uint32_t cp;
   if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) n = 2, cp = c & 0x1F;
-  else if ((c & 0xF0) == 0xE0) n = 3, cp = c & 0x0F;
-  else if ((c & 0xF8) == 0xF0) n = 4, cp = c & 0x07;
-  else return 0;
+  if ((c & 0xE0) == 0xC0)
+    n = 2, cp = c & 0x1F;
+  else if ((c & 0xF0) == 0xE0)
+    n = 3, cp = c & 0x0F;
+  else if ((c & 0xF8) == 0xF0)
+    n = 4, cp = c & 0x07;
+  else
+    return 0;
   if (i + n > s.size()) return 0;
   for (size_t k = 1; k < n; ++k) {
     const auto b = static_cast<unsigned char>(s[i + k]);
@@ -125,8 +133,8 @@ std::string render(Format f, const std::string& ts, Level level, std::string_vie
                    const Fields& fields) {
   std::string line;
   if (f == Format::json) {
-    line = "{\"ts\":" + json_quote(ts) + ",\"level\":\"" + level_name(level) + "\",\"component\":" + json_quote(component) +
-           ",\"msg\":" + json_quote(msg);
+    line = "{\"ts\":" + json_quote(ts) + ",\"level\":\"" + level_name(level) +
+           "\",\"component\":" + json_quote(component) + ",\"msg\":" + json_quote(msg);
     for (const auto& [k, v] : fields) {
       // The four keys above are the record's own; a field may not replace them.
       if (k == "ts" || k == "level" || k == "component" || k == "msg") continue;
@@ -164,12 +172,16 @@ void relay_lines_as_records(int fd, int out_fd, std::string component) {
     char buf[4096];
     auto emit = [&](const std::string& line) {
       if (line.empty()) return;
-      const std::string rec = (line.compare(0, 2, "{\"") == 0 ? line : render(Format::json, timestamp_now(), Level::info, component, line, {})) + "\n";
+      const std::string rec =
+          (line.compare(0, 2, "{\"") == 0 ? line
+                                          : render(Format::json, timestamp_now(), Level::info, component, line, {})) +
+          "\n";
       (void)!::write(out_fd, rec.data(), rec.size());
     };
     for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) {
       pending.append(buf, static_cast<size_t>(n));
-      for (size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) emit(pending.substr(0, nl));
+      for (size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1))
+        emit(pending.substr(0, nl));
     }
     emit(pending);  // a last line without its newline (a process that died mid-line)
     ::close(fd);

@@ -13,8 +13,10 @@ std::string format_progress(const ProgressSnapshot& p) {
   if (p.rate > 0) s += ", " + format_bytes(static_cast<uint64_t>(p.rate)) + "/s";
   if (p.eta_s >= 0) {
     const long t = static_cast<long>(p.eta_s + 0.5);
-    if (t >= 60) std::snprintf(buf, sizeof buf, ", %ld min %02ld s left", t / 60, t % 60);
-    else std::snprintf(buf, sizeof buf, ", %ld s left", t);
+    if (t >= 60)
+      std::snprintf(buf, sizeof buf, ", %ld min %02ld s left", t / 60, t % 60);
+    else
+      std::snprintf(buf, sizeof buf, ", %ld s left", t);
     s += buf;
   }
   return s;
@@ -40,7 +42,8 @@ void ProgressMeter::update(uint64_t done, uint64_t total, Clock::time_point now)
   snap_.done = done;
   snap_.total = total;
   snap_.eta_s = (snap_.rate > 0 && total >= done) ? static_cast<double>(total - done) / snap_.rate : -1;
-  const auto every = tty_ ? std::chrono::milliseconds(200) : std::chrono::duration_cast<std::chrono::milliseconds>(log_every_);
+  const auto every =
+      tty_ ? std::chrono::milliseconds(200) : std::chrono::duration_cast<std::chrono::milliseconds>(log_every_);
   if (now - last_print_ < every) return;
   last_print_ = now;
   if (tty_) {
@@ -66,7 +69,8 @@ void ProgressMeter::finish(Clock::time_point now) {
     log::info("progress", label_ + ": " + format_bytes(snap_.total) + " done in " + secs + " s");
     return;
   }
-  std::fprintf(out_, "%s%s: %s done in %.1f s\n", tty_ ? "\r\033[K" : "", label_.c_str(), format_bytes(snap_.total).c_str(), s);
+  std::fprintf(out_, "%s%s: %s done in %.1f s\n", tty_ ? "\r\033[K" : "", label_.c_str(),
+               format_bytes(snap_.total).c_str(), s);
   std::fflush(out_);
 }
 

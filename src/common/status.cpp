@@ -4,13 +4,20 @@ namespace tandem {
 
 const char* status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::ok: return "ok";
-    case StatusCode::invalid_argument: return "invalid argument";
-    case StatusCode::not_found: return "not found";
-    case StatusCode::unavailable: return "unavailable";
-    case StatusCode::resource_exhausted: return "resource exhausted";
-    case StatusCode::cancelled: return "cancelled";
-    case StatusCode::internal: return "internal error";
+    case StatusCode::ok:
+      return "ok";
+    case StatusCode::invalid_argument:
+      return "invalid argument";
+    case StatusCode::not_found:
+      return "not found";
+    case StatusCode::unavailable:
+      return "unavailable";
+    case StatusCode::resource_exhausted:
+      return "resource exhausted";
+    case StatusCode::cancelled:
+      return "cancelled";
+    case StatusCode::internal:
+      return "internal error";
   }
   return "unknown";
 }

@@ -57,16 +57,25 @@ class Status {
 template <typename T>
 class Result {
  public:
-  Result(T value) : value_(std::move(value)) {}            // NOLINT(google-explicit-constructor)
-  Result(Status status) : status_(std::move(status)) {     // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
+  Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!status_.is_ok() && "a Result built from a Status must hold an error");
   }
 
   bool is_ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
-  T& value() & { assert(is_ok()); return *value_; }
-  const T& value() const& { assert(is_ok()); return *value_; }
-  T&& value() && { assert(is_ok()); return std::move(*value_); }
+  T& value() & {
+    assert(is_ok());
+    return *value_;
+  }
+  const T& value() const& {
+    assert(is_ok());
+    return *value_;
+  }
+  T&& value() && {
+    assert(is_ok());
+    return std::move(*value_);
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
@@ -78,8 +87,8 @@ class Result {
 }  // namespace tandem
 
 // Returns early from the calling function when `expr` (a Status) is not ok.
-#define TANDEM_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    ::tandem::Status tandem_status_ = (expr); \
+#define TANDEM_RETURN_IF_ERROR(expr)                    \
+  do {                                                  \
+    ::tandem::Status tandem_status_ = (expr);           \
     if (!tandem_status_.is_ok()) return tandem_status_; \
   } while (0)

@@ -31,11 +31,12 @@ void step_trace(const char* what, uint64_t start_ns, uint64_t end_ns, uint64_t b
   const int fd = trace_fd();
   if (fd < 0) return;
   char line[160];
-  const int n = bytes > 0 ? std::snprintf(line, sizeof line, "%d %s %llu %llu %llu\n", static_cast<int>(::getpid()), what,
-                                          static_cast<unsigned long long>(start_ns), static_cast<unsigned long long>(end_ns),
-                                          static_cast<unsigned long long>(bytes))
-                          : std::snprintf(line, sizeof line, "%d %s %llu %llu\n", static_cast<int>(::getpid()), what,
-                                          static_cast<unsigned long long>(start_ns), static_cast<unsigned long long>(end_ns));
+  const int n = bytes > 0
+                    ? std::snprintf(line, sizeof line, "%d %s %llu %llu %llu\n", static_cast<int>(::getpid()), what,
+                                    static_cast<unsigned long long>(start_ns), static_cast<unsigned long long>(end_ns),
+                                    static_cast<unsigned long long>(bytes))
+                    : std::snprintf(line, sizeof line, "%d %s %llu %llu\n", static_cast<int>(::getpid()), what,
+                                    static_cast<unsigned long long>(start_ns), static_cast<unsigned long long>(end_ns));
   if (n <= 0 || static_cast<size_t>(n) >= sizeof line) return;  // a `what` too long for a line
   // One write per line: O_APPEND keeps lines of several threads and processes whole.
   (void)!::write(fd, line, static_cast<size_t>(n));

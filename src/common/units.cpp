@@ -52,16 +52,27 @@ Result<uint64_t> parse_bytes(const std::string& text, bool require_unit) {
                                     "GB (B for a count of bytes)");
   }
   double mult = 1;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "K" || unit == "KIB") mult = 1024.0;
-  else if (unit == "M" || unit == "MIB") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "KB") mult = 1e3;
-  else if (unit == "MB") mult = 1e6;
-  else if (unit == "GB") mult = 1e9;
-  else if (unit == "TB") mult = 1e12;
-  else return Status::invalid_argument("'" + text + "': unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
+  if (unit.empty() || unit == "B")
+    mult = 1;
+  else if (unit == "K" || unit == "KIB")
+    mult = 1024.0;
+  else if (unit == "M" || unit == "MIB")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GIB")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TIB")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB")
+    mult = 1e3;
+  else if (unit == "MB")
+    mult = 1e6;
+  else if (unit == "GB")
+    mult = 1e9;
+  else if (unit == "TB")
+    mult = 1e12;
+  else
+    return Status::invalid_argument("'" + text + "': unknown unit '" + unit +
+                                    "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
   const double bytes = value * mult;
   if (bytes > 1.8e19) return Status::invalid_argument("'" + text + "' is too large");
   return static_cast<uint64_t>(std::llround(bytes));

@@ -1,12 +1,12 @@
 #include "config/config.h"
 
+#include <toml++/toml.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "common/units.h"
 
@@ -41,7 +41,8 @@ class TableReader {
   }
 
   Status error(const toml::node& node, const std::string& key, const std::string& what) const {
-    return Status::invalid_argument(source_ + ":" + std::to_string(node.source().begin.line) + ": " + table_ + " " + key + ": " + what);
+    return Status::invalid_argument(source_ + ":" + std::to_string(node.source().begin.line) + ": " + table_ + " " +
+                                    key + ": " + what);
   }
 
  private:
@@ -69,7 +70,8 @@ TableReader::Handler count_into(uint32_t* out, int64_t min, int64_t max) {
     if (!n.is_integer()) return Status::invalid_argument("expected an integer");
     const int64_t v = n.as_integer()->get();
     if (v < min || v > max) {
-      return Status::invalid_argument("must be in " + std::to_string(min) + ".." + std::to_string(max) + ", got " + std::to_string(v));
+      return Status::invalid_argument("must be in " + std::to_string(min) + ".." + std::to_string(max) + ", got " +
+                                      std::to_string(v));
     }
     *out = static_cast<uint32_t>(v);
     return Status::ok();
@@ -98,7 +100,8 @@ TableReader::Handler bandwidth_into(std::optional<double>* out) {
     std::string t = n.as_string()->get();
     if (t.size() > 2 && (t.substr(t.size() - 2) == "/s" || t.substr(t.size() - 2) == "/S")) t.resize(t.size() - 2);
     auto b = parse_bytes(t, /*require_unit=*/true);
-    if (!b.is_ok() || b.value() == 0) return Status::invalid_argument("'" + n.as_string()->get() + "' is not a bandwidth (e.g. 273GB/s)");
+    if (!b.is_ok() || b.value() == 0)
+      return Status::invalid_argument("'" + n.as_string()->get() + "' is not a bandwidth (e.g. 273GB/s)");
     *out = static_cast<double>(b.value());
     return Status::ok();
   };
@@ -109,7 +112,8 @@ TableReader::Handler int_into(int* out, int min, int max) {
     if (!n.is_integer()) return Status::invalid_argument("expected an integer");
     const int64_t v = n.as_integer()->get();
     if (v < min || v > max) {
-      return Status::invalid_argument("must be in " + std::to_string(min) + ".." + std::to_string(max) + ", got " + std::to_string(v));
+      return Status::invalid_argument("must be in " + std::to_string(min) + ".." + std::to_string(max) + ", got " +
+                                      std::to_string(v));
     }
     *out = static_cast<int>(v);
     return Status::ok();
@@ -152,9 +156,12 @@ TableReader::Handler layers_into(std::vector<LayerShare>* out) {
     } else if (n.is_array()) {
       for (const toml::node& e : *n.as_array()) {
         std::string part;
-        if (e.is_integer()) part = std::to_string(e.as_integer()->get());
-        else if (e.is_string()) part = e.as_string()->get();
-        else return Status::invalid_argument("expected layer counts or ranges such as \"0-29\"");
+        if (e.is_integer())
+          part = std::to_string(e.as_integer()->get());
+        else if (e.is_string())
+          part = e.as_string()->get();
+        else
+          return Status::invalid_argument("expected layer counts or ranges such as \"0-29\"");
         text += (text.empty() ? "" : ",") + part;
       }
     } else {
@@ -178,9 +185,12 @@ TableReader::Handler bool_into(bool* out) {
 TableReader::Handler number_into(double* out, double min, double max) {
   return [out, min, max](const toml::node& n) -> Status {
     double v = 0;
-    if (n.is_floating_point()) v = n.as_floating_point()->get();
-    else if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
-    else return Status::invalid_argument("expected a number");
+    if (n.is_floating_point())
+      v = n.as_floating_point()->get();
+    else if (n.is_integer())
+      v = static_cast<double>(n.as_integer()->get());
+    else
+      return Status::invalid_argument("expected a number");
     if (!(v >= min && v <= max)) {
       return Status::invalid_argument("must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
     }
@@ -279,10 +289,18 @@ Status read_root(const std::string& src, const toml::table& root, Config* c) {
     if (!s.is_ok()) inner = s;
     return s.is_ok() ? Status::ok() : Status::invalid_argument("");
   };
-  r.on("cluster", [&](const toml::node& n) { return keep(table(n, [&](const toml::table& t) { return cluster_reader(src, &c->cluster).read(t); })); });
-  r.on("model", [&](const toml::node& n) { return keep(table(n, [&](const toml::table& t) { return model_reader(src, &c->model).read(t); })); });
-  r.on("server", [&](const toml::node& n) { return keep(table(n, [&](const toml::table& t) { return server_reader(src, &c->server).read(t); })); });
-  r.on("plan", [&](const toml::node& n) { return keep(table(n, [&](const toml::table& t) { return plan_reader(src, &c->plan).read(t); })); });
+  r.on("cluster", [&](const toml::node& n) {
+    return keep(table(n, [&](const toml::table& t) { return cluster_reader(src, &c->cluster).read(t); }));
+  });
+  r.on("model", [&](const toml::node& n) {
+    return keep(table(n, [&](const toml::table& t) { return model_reader(src, &c->model).read(t); }));
+  });
+  r.on("server", [&](const toml::node& n) {
+    return keep(table(n, [&](const toml::table& t) { return server_reader(src, &c->server).read(t); }));
+  });
+  r.on("plan", [&](const toml::node& n) {
+    return keep(table(n, [&](const toml::table& t) { return plan_reader(src, &c->plan).read(t); }));
+  });
   r.on("worker", [&](const toml::node& n) -> Status {
     if (!n.is_array_of_tables()) return Status::invalid_argument("expected [[worker]] tables");
     for (const toml::node& w : *n.as_array()) {
@@ -295,9 +313,10 @@ Status read_root(const std::string& src, const toml::table& root, Config* c) {
         }
         // Two entries for one listener would make the head hold two sessions with one worker.
         if (other.address == wc.address) {
-          return keep(Status::invalid_argument(src + ":" + std::to_string(wc.line) + ": [[worker]] address: '" + wc.address +
-                                               "' of '" + wc.name + "' is also the address of '" + other.name + "' (line " +
-                                               std::to_string(other.line) + "): one worker, one entry"));
+          return keep(Status::invalid_argument(src + ":" + std::to_string(wc.line) + ": [[worker]] address: '" +
+                                               wc.address + "' of '" + wc.name + "' is also the address of '" +
+                                               other.name + "' (line " + std::to_string(other.line) +
+                                               "): one worker, one entry"));
         }
       }
       c->workers.push_back(wc);
@@ -400,7 +419,8 @@ Result<std::vector<LayerShare>> parse_layers(const std::string& text) {
       if (a < 0) return Status::invalid_argument(where + ": a count must not be negative");
       share.count = a;
     } else {
-      return Status::invalid_argument(where + " is neither a layer count, a range A-B nor '-' (one entry per node, head first)");
+      return Status::invalid_argument(
+          where + " is neither a layer count, a range A-B nor '-' (one entry per node, head first)");
     }
     out.push_back(share);
     if (comma == std::string::npos) break;
@@ -412,7 +432,7 @@ Result<std::vector<LayerShare>> parse_layers(const std::string& text) {
 std::string format_layers(const std::vector<LayerShare>& layers) {
   std::string s;
   for (const LayerShare& l : layers) {
-    std::string part = l.first < 0 ? std::to_string(l.count)
+    std::string part = l.first < 0    ? std::to_string(l.count)
                        : l.count == 0 ? "-"
                                       : std::to_string(l.first) + "-" + std::to_string(l.first + l.count - 1);
     s += (s.empty() ? "" : ",") + part;

@@ -19,7 +19,7 @@ namespace tandem::config {
 // layers, or the range A-B that `tandem plan` prints ("-": none).
 struct LayerShare {
   int count = 0;
-  int first = -1;                         // the range's first layer; -1 when given as a count ("-": 0)
+  int first = -1;  // the range's first layer; -1 when given as a count ("-": 0)
   bool operator==(const LayerShare&) const = default;
 };
 
@@ -30,38 +30,38 @@ Result<std::vector<LayerShare>> parse_layers(const std::string& text);
 std::string format_layers(const std::vector<LayerShare>& layers);
 
 struct ClusterConfig {
-  std::string secret_file;                // shared by head and workers
-  std::string head_name = "head";         // how plans and reports name this machine
-  std::optional<uint64_t> head_memory;    // bytes the model may use on the head (dry-run plans)
-  std::optional<double> head_bandwidth;   // bytes per second
-  std::string head_device = "gpu";        // "gpu" (GPU or unified memory) or "cpu" (layers on the CPU)
-  bool backtraces = false;                // ggml's gdb backtraces in the engine's and RPC servers' logs
+  std::string secret_file;               // shared by head and workers
+  std::string head_name = "head";        // how plans and reports name this machine
+  std::optional<uint64_t> head_memory;   // bytes the model may use on the head (dry-run plans)
+  std::optional<double> head_bandwidth;  // bytes per second
+  std::string head_device = "gpu";       // "gpu" (GPU or unified memory) or "cpu" (layers on the CPU)
+  bool backtraces = false;               // ggml's gdb backtraces in the engine's and RPC servers' logs
 };
 
 struct WorkerConfig {
   std::string name;
-  std::string address;                    // "host:port" of the worker's authenticated listener
-  std::optional<uint64_t> memory;         // declared free memory (dry-run plans without asking it)
-  std::optional<double> bandwidth;        // bytes per second
+  std::string address;              // "host:port" of the worker's authenticated listener
+  std::optional<uint64_t> memory;   // declared free memory (dry-run plans without asking it)
+  std::optional<double> bandwidth;  // bytes per second
   // The worker's own settings (`tandem systemd --role worker` writes them into its unit):
-  std::string listen;                     // address the worker binds; "" = 0.0.0.0 and the port of `address`
-  std::string cache_dir;                  // its weight cache folder; "" = none
-  std::optional<uint64_t> cache_max_size; // bound of that folder
-  std::vector<std::string> devices;       // ggml devices it serves; empty = every GPU, else the CPU
-  int threads = 0;                        // CPU threads of its RPC server; 0 = one per physical core
+  std::string listen;                      // address the worker binds; "" = 0.0.0.0 and the port of `address`
+  std::string cache_dir;                   // its weight cache folder; "" = none
+  std::optional<uint64_t> cache_max_size;  // bound of that folder
+  std::vector<std::string> devices;        // ggml devices it serves; empty = every GPU, else the CPU
+  int threads = 0;                         // CPU threads of its RPC server; 0 = one per physical core
   bool cuda_graphs = true;
-  bool private_netns = true;              // its RPC server in a private network namespace
-  std::string log_format = "text";        // "text" or "json"
-  int line = 0;                           // where the [[worker]] table starts, for messages
+  bool private_netns = true;        // its RPC server in a private network namespace
+  std::string log_format = "text";  // "text" or "json"
+  int line = 0;                     // where the [[worker]] table starts, for messages
 };
 
 struct ModelConfig {
-  std::string path;                       // GGUF file (the first split of a split model)
-  uint32_t context = 4096;                // tokens per sequence
-  uint32_t parallel = 1;                  // sequences served at once
-  std::string kv_type = "f16";            // KV cache type
-  std::vector<LayerShare> layers;         // a hand-made split, one share per node; empty = the planner's
-  int threads = 0;                        // the engine's CPU threads; 0 = one per physical core
+  std::string path;                // GGUF file (the first split of a split model)
+  uint32_t context = 4096;         // tokens per sequence
+  uint32_t parallel = 1;           // sequences served at once
+  std::string kv_type = "f16";     // KV cache type
+  std::vector<LayerShare> layers;  // a hand-made split, one share per node; empty = the planner's
+  int threads = 0;                 // the engine's CPU threads; 0 = one per physical core
   bool cuda_graphs = true;
   std::vector<std::string> engine_flags;  // tandem-engine switches serve passes on (datapath/switches.h)
 };
@@ -80,13 +80,13 @@ struct ServerConfig {
 };
 
 struct PlanConfig {
-  double margin = 0.05;                   // fraction of each device's free memory held back
+  double margin = 0.05;                       // fraction of each device's free memory held back
   uint64_t margin_bytes = uint64_t{1} << 30;  // and this many bytes more
-  double hop_ms = 0.5;                    // link cost per cable crossing per token
+  double hop_ms = 0.5;                        // link cost per cable crossing per token
 };
 
 struct Config {
-  std::string path;                       // the file it came from ("" when parsed from text)
+  std::string path;  // the file it came from ("" when parsed from text)
   ClusterConfig cluster;
   std::vector<WorkerConfig> workers;
   ModelConfig model;

@@ -68,9 +68,9 @@ class ReuseTable {
   std::optional<Route> route(const void* data, size_t size, const Identity* identity = nullptr);
 
   uint64_t session() const { return session_; }
-  uint64_t copies() const { return copies_; }            // writes sent as copy markers
-  uint64_t identified() const { return identified_; }    // ... of which recognised by identity
-  uint64_t bytes_not_sent() const { return saved_; }     // their bytes
+  uint64_t copies() const { return copies_; }          // writes sent as copy markers
+  uint64_t identified() const { return identified_; }  // ... of which recognised by identity
+  uint64_t bytes_not_sent() const { return saved_; }   // their bytes
   uint64_t held_bytes() const { return held_; }
 
  private:

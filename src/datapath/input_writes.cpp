@@ -12,27 +12,27 @@
 #include <thread>
 #include <unordered_map>
 
-#include "datapath/device_stream.h"
-#include "datapath/input_reuse.h"
 #include "common/log.h"
 #include "common/step_trace.h"
 #include "common/units.h"
-#include "link/protocol.h"
+#include "datapath/device_stream.h"
+#include "datapath/input_reuse.h"
 #include "datapath/interpose.h"
 #include "datapath/self_check.h"
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "link/protocol.h"
 
 namespace tandem::datapath {
 
-using link::kReuseSlots;
-using link::ReuseOp;
-using link::ReuseMarker;
-using link::kReuseMarkerSize;
-using link::parse_reuse_marker;
 using link::decode_word_runs;
-using link::word_runs_size;
+using link::kReuseMarkerSize;
+using link::kReuseSlots;
 using link::kWordRunsHeader;
+using link::parse_reuse_marker;
+using link::ReuseMarker;
+using link::ReuseOp;
+using link::word_runs_size;
 namespace {
 
 constexpr size_t kMaxWrite = size_t{1} << 20;
@@ -114,9 +114,11 @@ void free_slot(Slot& s) {
 // A marker that cannot be what the head meant: the head and this child disagree about the slots,
 // and computing on would use wrong inputs. Ends the process, as a failed cached load does.
 [[noreturn]] void reuse_failed(const std::string& why) {
-  log::error("rpc-server", "repeated input: " + why + "; the RPC server stops rather than compute with a wrong input "
-                           "(the worker restarts it). Head and worker should run the same tandem build (`tandem doctor` "
-                           "checks); if they do, this is a bug: report this line");
+  log::error("rpc-server",
+             "repeated input: " + why +
+                 "; the RPC server stops rather than compute with a wrong input "
+                 "(the worker restarts it). Head and worker should run the same tandem build (`tandem doctor` "
+                 "checks); if they do, this is a bug: report this line");
   std::fflush(nullptr);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // see cache_loader.cpp
   ::_exit(kInputReuseFailedExit);
@@ -155,7 +157,8 @@ void apply_marker(ggml_tensor* tensor, size_t offset, const ReuseMarker& m) {
   if (slot.type != type || capacity < m.bytes || capacity > m.bytes + m.bytes / 4) {
     free_slot(slot);
     slot.buffer = ggml_backend_buft_alloc_buffer(type, m.bytes);
-    if (slot.buffer == nullptr) reuse_failed("cannot allocate " + format_bytes(m.bytes) + " on " + ggml_backend_buft_name(type));
+    if (slot.buffer == nullptr)
+      reuse_failed("cannot allocate " + format_bytes(m.bytes) + " on " + ggml_backend_buft_name(type));
     slot.type = type;
   }
   ggml_tensor kept = raw_bytes(slot.buffer, ggml_backend_buffer_get_base(slot.buffer), m.bytes);
@@ -290,4 +293,3 @@ StepWork take_step_work() {
 }
 
 }  // namespace tandem::datapath
-

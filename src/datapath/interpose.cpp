@@ -141,35 +141,40 @@ bool ggml_backend_buffer_copy_tensor(const struct ggml_tensor* src, struct ggml_
 enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
   static auto fn = tandem::datapath::real<tandem::datapath::LaunchFn>(Interposed::graph_compute);
   tandem::datapath::entered(Interposed::graph_compute);
-  if (const tandem::datapath::DeviceFenceHooks* f = tandem::datapath::g_fence.load(std::memory_order_acquire)) return f->graph(backend, cgraph, fn);
+  if (const tandem::datapath::DeviceFenceHooks* f = tandem::datapath::g_fence.load(std::memory_order_acquire))
+    return f->graph(backend, cgraph, fn);
   return fn(backend, cgraph);
 }
 
 enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
   static auto fn = tandem::datapath::real<tandem::datapath::LaunchFn>(Interposed::graph_compute_async);
   tandem::datapath::entered(Interposed::graph_compute_async);
-  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire)) return h->launch(backend, cgraph, fn);
+  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire))
+    return h->launch(backend, cgraph, fn);
   return fn(backend, cgraph);
 }
 
 void ggml_backend_synchronize(ggml_backend_t backend) {
   static auto fn = tandem::datapath::real<tandem::datapath::SynchronizeFn>(Interposed::synchronize);
   tandem::datapath::entered(Interposed::synchronize);
-  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire)) return h->synchronize(backend, fn);
+  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire))
+    return h->synchronize(backend, fn);
   fn(backend);
 }
 
 enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, struct ggml_cgraph* graph) {
   static auto fn = tandem::datapath::real<tandem::datapath::SchedComputeFn>(Interposed::sched_graph_compute_async);
   tandem::datapath::entered(Interposed::sched_graph_compute_async);
-  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire)) return h->run(sched, graph, fn);
+  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire))
+    return h->run(sched, graph, fn);
   return fn(sched, graph);
 }
 
 void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor* dst) {
   static auto fn = tandem::datapath::real<tandem::datapath::TensorCopyFn>(Interposed::tensor_copy);
   tandem::datapath::entered(Interposed::tensor_copy);
-  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire)) return h->copy(src, dst, fn);
+  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire))
+    return h->copy(src, dst, fn);
   fn(src, dst);
 }
 
@@ -195,18 +200,30 @@ namespace tandem::datapath {
 
 void* interposer_address(Interposed which) {
   switch (which) {
-    case Interposed::tensor_set: return reinterpret_cast<void*>(&tandem_own_tensor_set);
-    case Interposed::tensor_get: return reinterpret_cast<void*>(&tandem_own_tensor_get);
-    case Interposed::tensor_memset: return reinterpret_cast<void*>(&tandem_own_tensor_memset);
-    case Interposed::tensor_copy: return reinterpret_cast<void*>(&tandem_own_tensor_copy);
-    case Interposed::buffer_clear: return reinterpret_cast<void*>(&tandem_own_buffer_clear);
-    case Interposed::buffer_free: return reinterpret_cast<void*>(&tandem_own_buffer_free);
-    case Interposed::buffer_copy_tensor: return reinterpret_cast<void*>(&tandem_own_buffer_copy_tensor);
-    case Interposed::graph_compute: return reinterpret_cast<void*>(&tandem_own_graph_compute);
-    case Interposed::graph_compute_async: return reinterpret_cast<void*>(&tandem_own_graph_compute_async);
-    case Interposed::synchronize: return reinterpret_cast<void*>(&tandem_own_synchronize);
-    case Interposed::sched_graph_compute_async: return reinterpret_cast<void*>(&tandem_own_sched_graph_compute_async);
-    case Interposed::count: break;
+    case Interposed::tensor_set:
+      return reinterpret_cast<void*>(&tandem_own_tensor_set);
+    case Interposed::tensor_get:
+      return reinterpret_cast<void*>(&tandem_own_tensor_get);
+    case Interposed::tensor_memset:
+      return reinterpret_cast<void*>(&tandem_own_tensor_memset);
+    case Interposed::tensor_copy:
+      return reinterpret_cast<void*>(&tandem_own_tensor_copy);
+    case Interposed::buffer_clear:
+      return reinterpret_cast<void*>(&tandem_own_buffer_clear);
+    case Interposed::buffer_free:
+      return reinterpret_cast<void*>(&tandem_own_buffer_free);
+    case Interposed::buffer_copy_tensor:
+      return reinterpret_cast<void*>(&tandem_own_buffer_copy_tensor);
+    case Interposed::graph_compute:
+      return reinterpret_cast<void*>(&tandem_own_graph_compute);
+    case Interposed::graph_compute_async:
+      return reinterpret_cast<void*>(&tandem_own_graph_compute_async);
+    case Interposed::synchronize:
+      return reinterpret_cast<void*>(&tandem_own_synchronize);
+    case Interposed::sched_graph_compute_async:
+      return reinterpret_cast<void*>(&tandem_own_sched_graph_compute_async);
+    case Interposed::count:
+      break;
   }
   return nullptr;
 }

@@ -33,11 +33,17 @@ enum class Interposed : uint32_t {
   sched_graph_compute_async,
   count
 };
-inline constexpr const char* kInterposedNames[] = {
-    "ggml_backend_tensor_set",         "ggml_backend_tensor_get",         "ggml_backend_tensor_memset",
-    "ggml_backend_tensor_copy",        "ggml_backend_buffer_clear",       "ggml_backend_buffer_free",
-    "ggml_backend_buffer_copy_tensor", "ggml_backend_graph_compute",      "ggml_backend_graph_compute_async",
-    "ggml_backend_synchronize",        "ggml_backend_sched_graph_compute_async"};
+inline constexpr const char* kInterposedNames[] = {"ggml_backend_tensor_set",
+                                                   "ggml_backend_tensor_get",
+                                                   "ggml_backend_tensor_memset",
+                                                   "ggml_backend_tensor_copy",
+                                                   "ggml_backend_buffer_clear",
+                                                   "ggml_backend_buffer_free",
+                                                   "ggml_backend_buffer_copy_tensor",
+                                                   "ggml_backend_graph_compute",
+                                                   "ggml_backend_graph_compute_async",
+                                                   "ggml_backend_synchronize",
+                                                   "ggml_backend_sched_graph_compute_async"};
 static_assert(sizeof kInterposedNames / sizeof kInterposedNames[0] == static_cast<size_t>(Interposed::count));
 
 // ggml's own functions, bypassing the hooks. Each is resolved once; a ggml without one stops the

@@ -42,8 +42,9 @@ std::vector<float>* free_buffer(size_t n) {
 
 void note_worker_input(const ggml_tensor* src, const ggml_tensor* dst, uint64_t epoch) {
   if (epoch == 0 || !g_on.load(std::memory_order_relaxed)) return;
-  if (src->type != GGML_TYPE_F16 || src->view_src != nullptr || src->buffer == nullptr || !ggml_backend_buffer_is_host(src->buffer) ||
-      !ggml_is_contiguous(src) || dst->type != GGML_TYPE_F16 || !ggml_are_same_shape(src, dst) || !ggml_is_contiguous(dst)) {
+  if (src->type != GGML_TYPE_F16 || src->view_src != nullptr || src->buffer == nullptr ||
+      !ggml_backend_buffer_is_host(src->buffer) || !ggml_is_contiguous(src) || dst->type != GGML_TYPE_F16 ||
+      !ggml_are_same_shape(src, dst) || !ggml_is_contiguous(dst)) {
     return;
   }
   enter(epoch);

@@ -6,8 +6,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "datapath/device_stream.h"
 #include "common/step_trace.h"
+#include "datapath/device_stream.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
@@ -48,7 +48,7 @@ struct Queue {
 
 std::mutex g_mutex;
 std::atomic<bool> g_on{false};
-uint64_t g_slot_bytes = 0;  // under g_mutex, while on; 0: no slots
+uint64_t g_slot_bytes = 0;                                       // under g_mutex, while on; 0: no slots
 std::unordered_map<ggml_backend_buffer_type_t, Queue> g_queues;  // under g_mutex
 std::atomic<uint64_t> g_staged{0}, g_repeated{0}, g_bytes_not_copied{0}, g_deferred{0}, g_deferred_ns{0};
 std::atomic<uint64_t> g_results_repeated{0}, g_result_bytes_not_read{0};

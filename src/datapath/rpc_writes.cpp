@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "datapath/device_stream.h"
-#include "datapath/input_reuse.h"
-#include "link/protocol.h"
-#include "datapath/interpose.h"
 #include "datapath/ggml_devices.h"
+#include "datapath/input_reuse.h"
+#include "datapath/interpose.h"
 #include "datapath/sched_hooks.h"
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "link/protocol.h"
 
 namespace tandem::datapath {
 
@@ -130,7 +130,8 @@ bool write_async(ggml_tensor* tensor, const void* data, size_t offset, size_t si
 
 }  // namespace
 
-AsyncRpcWrites::AsyncRpcWrites(std::set<std::string> reuse_endpoints, uint64_t slot_bytes, std::set<std::string> runs_endpoints) {
+AsyncRpcWrites::AsyncRpcWrites(std::set<std::string> reuse_endpoints, uint64_t slot_bytes,
+                               std::set<std::string> runs_endpoints) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_live || !tensor_set_interposed()) return;
   g_live = active_ = true;
@@ -264,9 +265,11 @@ void check_rpc_launch(ggml_backend_t backend, ggml_cgraph* graph) {
   for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
     const ggml_tensor* t = ggml_graph_node(graph, i);
     if (t->view_src == nullptr || it->second.redirected.count(t->view_src) == 0) continue;
-    std::fprintf(stderr, "tandem-engine: the worker input slots cannot serve this model: node '%s' of a worker's "
+    std::fprintf(stderr,
+                 "tandem-engine: the worker input slots cannot serve this model: node '%s' of a worker's "
                  "graph is a view of the step input '%s'; run the engine with --no-worker-input-slots (`tandem serve "
-                 "--engine-flag=--no-worker-input-slots`)\n", t->name, t->view_src->name);
+                 "--engine-flag=--no-worker-input-slots`)\n",
+                 t->name, t->view_src->name);
     std::abort();
   }
 }

@@ -3,12 +3,12 @@
 #include <atomic>
 
 #include "common/step_trace.h"
-#include "datapath/interpose.h"
-#include "datapath/self_check.h"
 #include "datapath/ggml_devices.h"
+#include "datapath/interpose.h"
 #include "datapath/local_casts.h"
 #include "datapath/local_inputs.h"
 #include "datapath/rpc_writes.h"
+#include "datapath/self_check.h"
 #include "ggml-backend.h"
 
 namespace tandem::datapath {
@@ -111,7 +111,9 @@ enum ggml_status on_run(ggml_backend_sched_t sched, ggml_cgraph* graph, SchedCom
 
 void on_copy(const ggml_tensor* src, ggml_tensor* dst, TensorCopyFn fn) {
   const bool src_host = src->buffer != nullptr && ggml_backend_buffer_is_host(src->buffer);
-  std::atomic<uint64_t>* bucket = in_rpc_buffer(dst) ? &g_to_workers_ns : in_rpc_buffer(src) ? &g_from_workers_ns : &g_to_local_ns;
+  std::atomic<uint64_t>* bucket = in_rpc_buffer(dst)   ? &g_to_workers_ns
+                                  : in_rpc_buffer(src) ? &g_from_workers_ns
+                                                       : &g_to_local_ns;
   const uint64_t epoch = g_epoch.load(std::memory_order_acquire);
   const uint64_t t0 = now_ns();
   bool deferred = false;
@@ -131,7 +133,8 @@ void on_copy(const ggml_tensor* src, ggml_tensor* dst, TensorCopyFn fn) {
     fn(src, dst);
   } else {
     const ggml_tensor* base = src->view_src != nullptr ? src->view_src : src;
-    const tandem::datapath::ReuseTable::Identity id{base, src->view_src != nullptr ? src->view_offs : 0, src->data, epoch};
+    const tandem::datapath::ReuseTable::Identity id{base, src->view_src != nullptr ? src->view_offs : 0, src->data,
+                                                    epoch};
     const tandem::datapath::ReuseTable::Identity* known = epoch != 0 ? &id : nullptr;
     if (t_in_run && in_rpc_buffer(dst)) note_worker_input(src, dst, epoch);
     if (t_in_run && in_rpc_buffer(dst) && redirect_rpc_input(src, dst, known)) {

@@ -9,8 +9,8 @@
 
 #include <cstdint>
 
-#include "datapath/input_reuse.h"
 #include "common/status.h"
+#include "datapath/input_reuse.h"
 
 namespace tandem::datapath {
 

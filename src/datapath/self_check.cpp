@@ -41,9 +41,9 @@ uint32_t calls_through_ggml(std::string* why) {
     const float in[4] = {1, 2, 3, 4};
     float out[4] = {};
     set_interposer_canary(true);
-    ggml_backend_tensor_set_async(cpu, a, in, 0, sizeof in);      // -> synchronize, tensor_set
-    ggml_backend_tensor_copy_async(cpu, cpu, a, b);               // -> synchronize, tensor_copy
-    ggml_backend_tensor_get_async(cpu, b, out, 0, sizeof out);    // -> tensor_get
+    ggml_backend_tensor_set_async(cpu, a, in, 0, sizeof in);    // -> synchronize, tensor_set
+    ggml_backend_tensor_copy_async(cpu, cpu, a, b);             // -> synchronize, tensor_copy
+    ggml_backend_tensor_get_async(cpu, b, out, 0, sizeof out);  // -> tensor_get
     ggml_cgraph* graph = ggml_new_graph(ctx);
     ggml_build_forward_expand(graph, sum);
     ggml_cgraph* sched_graph = ggml_new_graph(sched_ctx);
@@ -80,8 +80,9 @@ Status check_interposition() {
       Dl_info info{};
       const bool named = resolved != nullptr && ::dladdr(resolved, &info) != 0 && info.dli_fname != nullptr;
       wrong.push_back(std::string(name) + " resolves to " +
-                      (resolved == nullptr ? std::string("nothing") : named ? std::string("the definition in ") + info.dli_fname
-                                                                            : std::string("another definition")));
+                      (resolved == nullptr ? std::string("nothing")
+                       : named             ? std::string("the definition in ") + info.dli_fname
+                                           : std::string("another definition")));
     } else if (::dlsym(RTLD_NEXT, name) == nullptr) {
       wrong.push_back(std::string(name) + " has no definition in ggml's libraries to forward to");
     }
@@ -89,8 +90,9 @@ Status check_interposition() {
   std::string why;
   const uint32_t seen = calls_through_ggml(&why);
   if (!why.empty()) return Status::internal("ggml interposition self-check: " + why);
-  const Interposed through_ggml[] = {Interposed::tensor_set,    Interposed::tensor_get,          Interposed::tensor_copy,
-                                     Interposed::buffer_free,   Interposed::graph_compute,       Interposed::graph_compute_async,
+  const Interposed through_ggml[] = {Interposed::tensor_set,    Interposed::tensor_get,
+                                     Interposed::tensor_copy,   Interposed::buffer_free,
+                                     Interposed::graph_compute, Interposed::graph_compute_async,
                                      Interposed::synchronize,   Interposed::sched_graph_compute_async};
   for (Interposed w : through_ggml) {
     if ((seen & bit(w)) == 0) {
@@ -100,10 +102,11 @@ Status check_interposition() {
   if (wrong.empty()) return Status::ok();
   std::string list;
   for (const std::string& w : wrong) list += (list.empty() ? "" : "; ") + w;
-  return Status::internal("ggml interposition self-check failed: " + list +
-                          ". tandem's split data path would be bypassed (inputs never written, or written twice); this "
-                          "build of tandem or of ggml does not let the executable replace ggml's functions (built with "
-                          "-Bsymbolic, LTO or hidden visibility?). Rebuild against the pinned llama.cpp as the README does");
+  return Status::internal(
+      "ggml interposition self-check failed: " + list +
+      ". tandem's split data path would be bypassed (inputs never written, or written twice); this "
+      "build of tandem or of ggml does not let the executable replace ggml's functions (built with "
+      "-Bsymbolic, LTO or hidden visibility?). Rebuild against the pinned llama.cpp as the README does");
 }
 
 }  // namespace tandem::datapath

@@ -23,7 +23,8 @@ Result<DataPathSwitches> apply_switch_flags(const std::vector<std::string>& flag
   for (const std::string& f : flags) {
     const DataPathSwitch* sw = find_data_path_switch(f);
     if (sw == nullptr) {
-      return Status::invalid_argument("'" + f + "' is not one of the engine's switches; these are: " + switch_flags_list());
+      return Status::invalid_argument("'" + f +
+                                      "' is not one of the engine's switches; these are: " + switch_flags_list());
     }
     s.*(sw->field) = false;
   }

@@ -14,27 +14,27 @@ namespace tandem::datapath {
 
 // On by default, each; a switch's flag turns one off.
 struct DataPathSwitches {
-  bool async_rpc_writes = true;    // step inputs to RPC servers queued, not waited on (datapath/rpc_writes.h)
-  bool reuse_inputs = true;        // an input repeated across layers crosses the link once (datapath/input_reuse.h)
-  bool input_runs = true;          // an input that is mostly runs of one value goes as runs (link/protocol.h)
-  bool worker_input_slots = true;  // workers read a step's inputs from one copy per step (redirect_rpc_input)
-  bool queue_local_inputs = true;  // the head's GPUs get their inputs queued (datapath/local_inputs.h)
-  bool local_input_slots = true;   // ... from one copy per step
-  bool local_casts = true;         // a worker's f32 cast of a step input made on the head (datapath/local_casts.h)
-  bool embedding_on_worker = true; // the token embedding on the worker of layer 0 (datapath/worker_embedding.h)
-  bool pipeline = true;            // libllama's pipeline parallelism where it applies
-  bool overlap = true;             // micro-batches' device work may overlap (datapath/sched_hooks.h)
-  bool cpu_weight_repack = true;   // the CPU backend's repacked weight layouts
-  bool warm_up = true;             // a throwaway prompt and decode step before the engine is ready
+  bool async_rpc_writes = true;     // step inputs to RPC servers queued, not waited on (datapath/rpc_writes.h)
+  bool reuse_inputs = true;         // an input repeated across layers crosses the link once (datapath/input_reuse.h)
+  bool input_runs = true;           // an input that is mostly runs of one value goes as runs (link/protocol.h)
+  bool worker_input_slots = true;   // workers read a step's inputs from one copy per step (redirect_rpc_input)
+  bool queue_local_inputs = true;   // the head's GPUs get their inputs queued (datapath/local_inputs.h)
+  bool local_input_slots = true;    // ... from one copy per step
+  bool local_casts = true;          // a worker's f32 cast of a step input made on the head (datapath/local_casts.h)
+  bool embedding_on_worker = true;  // the token embedding on the worker of layer 0 (datapath/worker_embedding.h)
+  bool pipeline = true;             // libllama's pipeline parallelism where it applies
+  bool overlap = true;              // micro-batches' device work may overlap (datapath/sched_hooks.h)
+  bool cpu_weight_repack = true;    // the CPU backend's repacked weight layouts
+  bool warm_up = true;              // a throwaway prompt and decode step before the engine is ready
 };
 
 struct DataPathSwitch {
-  const char* flag;                   // the tandem-engine flag that turns it off
-  bool DataPathSwitches::*field;      // what it turns off
-  const char* mechanism;              // what is on by default, in a few words
-  const char* measures;               // what turning it off shows, or why one would
-  const char* needs;                  // the flag of the mechanism this one lives inside (nullptr: none):
-                                      // that flag turns this one off too
+  const char* flag;               // the tandem-engine flag that turns it off
+  bool DataPathSwitches::*field;  // what it turns off
+  const char* mechanism;          // what is on by default, in a few words
+  const char* measures;           // what turning it off shows, or why one would
+  const char* needs;              // the flag of the mechanism this one lives inside (nullptr: none):
+                                  // that flag turns this one off too
 };
 
 inline constexpr DataPathSwitch kDataPathSwitches[] = {

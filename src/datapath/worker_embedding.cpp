@@ -16,11 +16,27 @@ std::atomic<uint64_t> g_moved{0};
 // gathers any). IQ4_NL and MXFP4 are left out: CUDA gathers them only for some row lengths.
 bool gatherable(ggml_type t) {
   switch (t) {
-    case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16:
-    case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
-    case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: case GGML_TYPE_IQ3_XXS:
-    case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: case GGML_TYPE_IQ4_XS:
+    case GGML_TYPE_F32:
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16:
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q4_1:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q5_1:
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q2_K:
+    case GGML_TYPE_Q3_K:
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K:
+    case GGML_TYPE_IQ2_XXS:
+    case GGML_TYPE_IQ2_XS:
+    case GGML_TYPE_IQ2_S:
+    case GGML_TYPE_IQ3_XXS:
+    case GGML_TYPE_IQ3_S:
+    case GGML_TYPE_IQ1_S:
+    case GGML_TYPE_IQ1_M:
+    case GGML_TYPE_IQ4_XS:
       return true;
     default:
       return false;
@@ -54,8 +70,8 @@ Result<EmbeddingMove> move_embedding_to_worker(ggml_tensor* table, bool has_outp
   const size_t size = ggml_backend_buft_get_alloc_size(buft, table);
   ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(buft, size);
   if (buffer == nullptr) {
-    return Status::resource_exhausted(std::string(ggml_backend_dev_name(device)) + ": cannot allocate " + format_bytes(size) +
-                                      " for the token embedding");
+    return Status::resource_exhausted(std::string(ggml_backend_dev_name(device)) + ": cannot allocate " +
+                                      format_bytes(size) + " for the token embedding");
   }
   ggml_backend_buffer_set_usage(buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
   ggml_backend_buffer_t host_buffer = table->buffer;

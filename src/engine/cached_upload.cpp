@@ -22,8 +22,8 @@
 #include "engine/model_loader.h"
 #include "ggml-backend.h"
 #include "ggml.h"
-#include "plan/model_info.h"
 #include "link/protocol.h"
+#include "plan/model_info.h"
 
 namespace tandem::engine {
 
@@ -41,11 +41,11 @@ struct Mapping {
 struct Job {
   const uint8_t* data = nullptr;  // in our own mapping of the file
   uint64_t bytes = 0;
-  size_t file = 0;                // index in the model's files
-  uint64_t offset = 0;            // in that file
+  size_t file = 0;                      // index in the model's files
+  uint64_t offset = 0;                  // in that file
   std::optional<MemoEntry> remembered;  // from the hash memo, used once its fingerprint matches
-  std::optional<uint64_t> hash;   // set by the pool
-  uint64_t fingerprint = 0;       // set by the pool with `hash`
+  std::optional<uint64_t> hash;         // set by the pool
+  uint64_t fingerprint = 0;             // set by the pool with `hash`
 };
 
 // The state of one load. Jobs are fixed before the pool starts; `hash` fields are written under
@@ -53,7 +53,7 @@ struct Job {
 struct Uploads {
   CachedUploadPlan plan;
   std::vector<std::unique_ptr<Mapping>> maps;
-  std::vector<std::string> order;                 // job names in the loader's order
+  std::vector<std::string> order;  // job names in the loader's order
   std::unordered_map<std::string, Job> jobs;
   std::mutex mutex;
   std::condition_variable hashed;
@@ -61,7 +61,7 @@ struct Uploads {
   std::atomic<bool> stopping{false};
   std::vector<std::thread> pool;
   std::chrono::steady_clock::time_point t0, t1;
-  CachedUploadStats stats;  // under mutex
+  CachedUploadStats stats;              // under mutex
   std::vector<std::string> memo_files;  // per model file; "" where there is no memo
 
   void work() {
@@ -103,7 +103,7 @@ struct Uploads {
 
 CachedUploadStats g_last_stats;  // under g_mutex
 
-std::mutex g_mutex;                    // guards g_uploads' lifetime
+std::mutex g_mutex;  // guards g_uploads' lifetime
 std::unique_ptr<Uploads> g_uploads;
 
 // The tensor-set hook while a load runs: true when the weight went as a marker.
@@ -154,7 +154,7 @@ Status start_cached_uploads(const CachedUploadPlan& plan) {
   u->plan = plan;
   for (const std::string& f : info->files) {
     const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st{};
+    struct stat st {};
     if (fd < 0 || ::fstat(fd, &st) != 0) {
       if (fd >= 0) ::close(fd);
       return Status::not_found(f + ": " + std::strerror(errno));
@@ -174,7 +174,8 @@ Status start_cached_uploads(const CachedUploadPlan& plan) {
                         (plan.embedding_remote && t.name == "token_embd.weight");
     if (!remote || t.bytes <= kSeedThreshold) continue;
     const Mapping& m = *u->maps.at(static_cast<size_t>(t.split));
-    if (t.file_offset + t.bytes > m.size) return Status::invalid_argument(info->files[t.split] + ": tensor " + t.name + " runs past the end");
+    if (t.file_offset + t.bytes > m.size)
+      return Status::invalid_argument(info->files[t.split] + ": tensor " + t.name + " runs past the end");
     picked.push_back(&t);
   }
   // libllama loads layer by layer; hashing in that order keeps the pool ahead of the loader.
@@ -204,8 +205,10 @@ Status start_cached_uploads(const CachedUploadPlan& plan) {
     u->jobs[t->name] = j;
     u->order.push_back(t->name);
   }
-  if (!datapath::tensor_set_interposed()) return Status::internal("this tandem-engine does not interpose ggml_backend_tensor_set (a build problem)");
-  unsigned n = plan.threads > 0 ? static_cast<unsigned>(plan.threads) : std::clamp(std::thread::hardware_concurrency() / 2, 1u, 16u);
+  if (!datapath::tensor_set_interposed())
+    return Status::internal("this tandem-engine does not interpose ggml_backend_tensor_set (a build problem)");
+  unsigned n = plan.threads > 0 ? static_cast<unsigned>(plan.threads)
+                                : std::clamp(std::thread::hardware_concurrency() / 2, 1u, 16u);
   n = std::min<unsigned>(n, static_cast<unsigned>(std::max<size_t>(u->order.size(), 1)));
   u->t0 = u->t1 = std::chrono::steady_clock::now();
   Uploads* raw = u.get();

@@ -23,12 +23,12 @@
 namespace tandem::engine {
 
 struct CachedUploadPlan {
-  std::string model;                              // first file of the GGUF (splits follow)
-  int first_layer = 0, end_layer = INT32_MAX;     // layers [first, end) live on RPC servers
-  bool output_remote = false;                     // the output head too
-  bool embedding_remote = false;                  // the token embedding too (datapath/worker_embedding.h)
-  std::map<std::string, CacheListing> listings;   // RPC endpoint ("host:port") -> its cache
-  int threads = 0;                                // hashing threads; 0 = half the cores, at most 16
+  std::string model;                             // first file of the GGUF (splits follow)
+  int first_layer = 0, end_layer = INT32_MAX;    // layers [first, end) live on RPC servers
+  bool output_remote = false;                    // the output head too
+  bool embedding_remote = false;                 // the token embedding too (datapath/worker_embedding.h)
+  std::map<std::string, CacheListing> listings;  // RPC endpoint ("host:port") -> its cache
+  int threads = 0;                               // hashing threads; 0 = half the cores, at most 16
   // Where hashes are remembered between loads (hash_memo.h); "" = hash every time.
   std::string hash_memo_dir;
 };

@@ -29,7 +29,8 @@ Status check_messages(const json& messages) {
     const std::string role = m.value("role", "");
     if (role.empty()) return Status::invalid_argument(where + ".role is missing");
     if (role == "assistant") {
-      if (!m.contains("content") && !m.contains("tool_calls")) return Status::invalid_argument(where + ": an assistant message needs content or tool_calls");
+      if (!m.contains("content") && !m.contains("tool_calls"))
+        return Status::invalid_argument(where + ": an assistant message needs content or tool_calls");
       continue;
     }
     if (!m.contains("content")) return Status::invalid_argument(where + ".content is missing");
@@ -37,7 +38,8 @@ Status check_messages(const json& messages) {
     if (c.is_string() || c.is_null()) continue;
     if (!c.is_array()) return Status::invalid_argument(where + ".content must be a string or an array of parts");
     for (const json& p : c) {
-      if (!p.is_object() || p.value("type", "") != "text") return Status::invalid_argument(where + ".content: only parts of type text are supported");
+      if (!p.is_object() || p.value("type", "") != "text")
+        return Status::invalid_argument(where + ".content: only parts of type text are supported");
     }
   }
   return Status::ok();
@@ -47,7 +49,8 @@ Status fill_inputs(const json& body, const common_chat_templates* tmpls, common_
   TANDEM_RETURN_IF_ERROR(check_messages(body.value("messages", json())));
   const json tools = body.value("tools", json());
   if (!tools.is_null() && !tools.is_array()) return Status::invalid_argument("tools must be an array");
-  const std::string tool_choice = body.contains("tool_choice") && body["tool_choice"].is_string() ? body["tool_choice"].get<std::string>() : "auto";
+  const std::string tool_choice =
+      body.contains("tool_choice") && body["tool_choice"].is_string() ? body["tool_choice"].get<std::string>() : "auto";
   auto schema = response_schema(body);
   if (!schema.is_ok()) return schema.status();
   const std::string grammar = body.value("grammar", "");
@@ -62,7 +65,8 @@ Status fill_inputs(const json& body, const common_chat_templates* tmpls, common_
   in.parallel_tool_calls = body.value("parallel_tool_calls", caps["supports_parallel_tool_calls"]);
   in.add_generation_prompt = body.value("add_generation_prompt", true);
   in.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;  // llama-server's default
-  if (body.contains("reasoning_format")) in.reasoning_format = common_reasoning_format_from_name(body["reasoning_format"].get<std::string>());
+  if (body.contains("reasoning_format"))
+    in.reasoning_format = common_reasoning_format_from_name(body["reasoning_format"].get<std::string>());
   if (!in.tools.empty() && in.tool_choice != COMMON_CHAT_TOOL_CHOICE_NONE && !grammar.empty()) {
     return Status::invalid_argument("grammar cannot be combined with tools");
   }
@@ -70,9 +74,12 @@ Status fill_inputs(const json& body, const common_chat_templates* tmpls, common_
   if (!kwargs.is_object()) return Status::invalid_argument("chat_template_kwargs must be an object");
   for (const auto& [key, value] : kwargs.items()) in.chat_template_kwargs[key] = value.dump();
   if (auto it = in.chat_template_kwargs.find("enable_thinking"); it != in.chat_template_kwargs.end()) {
-    if (it->second == "true") in.enable_thinking = true;
-    else if (it->second == "false") in.enable_thinking = false;
-    else return Status::invalid_argument("chat_template_kwargs.enable_thinking must be a boolean");
+    if (it->second == "true")
+      in.enable_thinking = true;
+    else if (it->second == "false")
+      in.enable_thinking = false;
+    else
+      return Status::invalid_argument("chat_template_kwargs.enable_thinking must be a boolean");
   }
   const std::string effort = body.value("reasoning_effort", "");
   if (effort == "none") {
@@ -97,16 +104,19 @@ Result<SchemaGrammar> response_schema(const json& body) {
       if (rf.contains("schema") || schema.is_null()) schema = rf.value("schema", json::object());
     } else if (type == "json_schema") {
       const json wrapper = rf.value("json_schema", json::object());
-      if (!wrapper.is_object() || !wrapper.contains("schema")) return Status::invalid_argument("response_format.json_schema.schema is missing");
+      if (!wrapper.is_object() || !wrapper.contains("schema"))
+        return Status::invalid_argument("response_format.json_schema.schema is missing");
       schema = wrapper["schema"];
     } else if (!type.empty() && type != "text") {
-      return Status::invalid_argument("response_format.type must be one of text, json_object, json_schema, got '" + type + "'");
+      return Status::invalid_argument("response_format.type must be one of text, json_object, json_schema, got '" +
+                                      type + "'");
     }
   }
   if (schema.is_null()) return out;
   if (!schema.is_object()) return Status::invalid_argument("the JSON schema must be an object");
   if (schema.empty()) schema["type"] = "object";  // json_object without a schema: any object
-  if (body.contains("grammar")) return Status::invalid_argument("a JSON schema (response_format) and grammar cannot be used together");
+  if (body.contains("grammar"))
+    return Status::invalid_argument("a JSON schema (response_format) and grammar cannot be used together");
   try {
     out.grammar = json_schema_to_grammar(to_common(schema));
   } catch (const std::exception& e) {
@@ -119,7 +129,8 @@ Result<SchemaGrammar> response_schema(const json& body) {
 Result<ChatTemplates> ChatTemplates::load(const llama_model* model) {
   try {
     ChatTemplates t;
-    t.templates_ = std::shared_ptr<common_chat_templates>(common_chat_templates_init(model, "").release(), common_chat_templates_free);
+    t.templates_ = std::shared_ptr<common_chat_templates>(common_chat_templates_init(model, "").release(),
+                                                          common_chat_templates_free);
     if (!t.templates_) return Status::internal("loading the chat template failed");
     return t;
   } catch (const std::exception& e) {
@@ -140,7 +151,8 @@ Result<ChatPrompt> ChatTemplates::render(const json& body) const {
     return out;
   } catch (const std::exception& e) {
     // common throws for what it cannot render: unknown roles, malformed tools, template errors.
-    return Status::invalid_argument(std::string("messages could not be rendered with the model's chat template: ") + e.what());
+    return Status::invalid_argument(std::string("messages could not be rendered with the model's chat template: ") +
+                                    e.what());
   }
 }
 

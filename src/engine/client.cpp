@@ -9,7 +9,8 @@
 
 namespace tandem::engine {
 
-Result<std::unique_ptr<EngineClient>> EngineClient::connect(const std::string& socket_path, int timeout_ms, StatusCallback on_status) {
+Result<std::unique_ptr<EngineClient>> EngineClient::connect(const std::string& socket_path, int timeout_ms,
+                                                            StatusCallback on_status) {
   auto fd = connect_unix(socket_path, timeout_ms);
   if (!fd.is_ok()) return fd.status();
   return std::unique_ptr<EngineClient>(new EngineClient(fd.value(), std::move(on_status)));
@@ -80,9 +81,12 @@ Result<EngineEvent> EngineClient::query(EngineRequest r, int timeout_ms) {
   EngineEvent e = got.get();
   if (e.type == EngineEvent::Type::error) {
     switch (e.code) {
-      case StatusCode::invalid_argument: return Status::invalid_argument(e.message);
-      case StatusCode::internal: return Status::internal(e.message);
-      default: return Status::unavailable(e.message);
+      case StatusCode::invalid_argument:
+        return Status::invalid_argument(e.message);
+      case StatusCode::internal:
+        return Status::internal(e.message);
+      default:
+        return Status::unavailable(e.message);
     }
   }
   return e;
@@ -97,8 +101,11 @@ Result<EngineStatus> EngineClient::status(int timeout_ms) {
   TANDEM_RETURN_IF_ERROR(send_line(encode_request(r)));
   lock.lock();
   // Any status event after the request answers it: a pushed one is just as fresh.
-  if (!status_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return status_seen_ > seen || closed_; }) || closed_) {
-    return Status::unavailable("the engine did not answer a status request within " + std::to_string(timeout_ms) + " ms");
+  if (!status_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                           [&] { return status_seen_ > seen || closed_; }) ||
+      closed_) {
+    return Status::unavailable("the engine did not answer a status request within " + std::to_string(timeout_ms) +
+                               " ms");
   }
   return last_status_;
 }
@@ -144,8 +151,10 @@ void EngineClient::dispatch(const EngineEvent& e) {
       if (e.type != EngineEvent::Type::delta) open_.erase(it);
     }
   }
-  if (cb) (*cb)(e);
-  else if (orphan) orphan(e);
+  if (cb)
+    (*cb)(e);
+  else if (orphan)
+    orphan(e);
 }
 
 void EngineClient::fail_all(const std::string& why) {

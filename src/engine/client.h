@@ -66,10 +66,10 @@ class EngineClient {
   std::mutex mutex_;
   std::condition_variable status_cv_;
   std::map<std::string, std::shared_ptr<EventCallback>> open_;  // guarded by mutex_
-  EventCallback orphan_;                        // guarded by mutex_
-  uint64_t status_seen_ = 0;                    // guarded by mutex_: status events received
-  uint64_t next_query_ = 0;                     // guarded by mutex_
-  EngineStatus last_status_;                    // guarded by mutex_
+  EventCallback orphan_;                                        // guarded by mutex_
+  uint64_t status_seen_ = 0;                                    // guarded by mutex_: status events received
+  uint64_t next_query_ = 0;                                     // guarded by mutex_
+  EngineStatus last_status_;                                    // guarded by mutex_
 
   std::thread reader_;  // last: started when everything above exists
 };

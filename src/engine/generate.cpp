@@ -7,11 +7,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cpu_cores.h"
-#include "engine/llama_log.h"
 #include "datapath/local_casts.h"
 #include "datapath/local_inputs.h"
 #include "datapath/rpc_writes.h"
 #include "datapath/worker_embedding.h"
+#include "engine/llama_log.h"
 #include "llama.h"
 
 namespace tandem::engine {
@@ -20,8 +20,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-struct ContextDeleter { void operator()(llama_context* c) const { llama_free(c); } };
-struct SamplerDeleter { void operator()(llama_sampler* s) const { llama_sampler_free(s); } };
+struct ContextDeleter {
+  void operator()(llama_context* c) const { llama_free(c); }
+};
+struct SamplerDeleter {
+  void operator()(llama_sampler* s) const { llama_sampler_free(s); }
+};
 
 std::string piece(const llama_vocab* vocab, llama_token token) {
   char buf[256];
@@ -32,7 +36,8 @@ std::string piece(const llama_vocab* vocab, llama_token token) {
 }  // namespace
 
 Result<GenerateResult> generate(const GenerateOptions& o) {
-  if (o.n_predict < 1) return Status::invalid_argument("n_predict must be at least 1, got " + std::to_string(o.n_predict));
+  if (o.n_predict < 1)
+    return Status::invalid_argument("n_predict must be at least 1, got " + std::to_string(o.n_predict));
   if (o.n_ctx < 8) return Status::invalid_argument("context size must be at least 8, got " + std::to_string(o.n_ctx));
   llama_backend_init();
   take_last_llama_error();
@@ -58,11 +63,15 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   const Placement& p = o.placement;
   const auto slots = [&](bool on) { return input_slot_bytes(p, on, model.get(), cp.n_ctx, cp.n_seq_max, cp.n_ubatch); };
   std::unique_ptr<datapath::AsyncRpcWrites> rpc_writes;
-  if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes = std::make_unique<datapath::AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
+  if (!p.rpc_servers.empty() && p.async_rpc_writes)
+    rpc_writes =
+        std::make_unique<datapath::AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
   std::unique_ptr<datapath::LocalInputCopies> local_inputs;
   if (p.queue_local_inputs) local_inputs = std::make_unique<datapath::LocalInputCopies>(slots(p.local_input_slots));
   std::unique_ptr<llama_context, ContextDeleter> ctx(llama_init_from_model(model.get(), cp));
-  if (!ctx) return Status::resource_exhausted(with_llama_reason(o.model + ": creating a context of " + std::to_string(o.n_ctx) + " tokens failed"));
+  if (!ctx)
+    return Status::resource_exhausted(
+        with_llama_reason(o.model + ": creating a context of " + std::to_string(o.n_ctx) + " tokens failed"));
 
   const llama_vocab* vocab = llama_model_get_vocab(model.get());
   std::vector<llama_token> prompt(o.prompt.size() + 8);
@@ -72,12 +81,14 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   prompt.resize(n);
   if (prompt.empty()) return Status::invalid_argument("the prompt is empty after tokenization");
   if (static_cast<int>(prompt.size()) + o.n_predict > o.n_ctx) {
-    return Status::invalid_argument("prompt (" + std::to_string(prompt.size()) + " tokens) plus " + std::to_string(o.n_predict) +
-                                    " generated tokens exceed the context of " + std::to_string(o.n_ctx) + " tokens");
+    return Status::invalid_argument("prompt (" + std::to_string(prompt.size()) + " tokens) plus " +
+                                    std::to_string(o.n_predict) + " generated tokens exceed the context of " +
+                                    std::to_string(o.n_ctx) + " tokens");
   }
   r.n_prompt_tokens = static_cast<int>(prompt.size());
 
-  std::unique_ptr<llama_sampler, SamplerDeleter> sampler(llama_sampler_chain_init(llama_sampler_chain_default_params()));
+  std::unique_ptr<llama_sampler, SamplerDeleter> sampler(
+      llama_sampler_chain_init(llama_sampler_chain_default_params()));
   if (o.greedy) {
     llama_sampler_chain_add(sampler.get(), llama_sampler_init_greedy());
   } else {
@@ -89,7 +100,8 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   datapath::SplitProfile mark = datapath::split_profile();
   llama_batch batch = llama_batch_get_one(prompt.data(), static_cast<int32_t>(prompt.size()));
   if (int rc = llama_decode(ctx.get(), batch); rc != 0) {
-    return Status::internal(with_llama_reason("decoding the prompt failed (llama_decode returned " + std::to_string(rc) + ")"));
+    return Status::internal(
+        with_llama_reason("decoding the prompt failed (llama_decode returned " + std::to_string(rc) + ")"));
   }
   Clock::time_point first_token;
   for (int i = 0; i < o.n_predict; ++i) {
@@ -106,7 +118,8 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
     if (i + 1 == o.n_predict) break;
     batch = llama_batch_get_one(&token, 1);
     if (int rc = llama_decode(ctx.get(), batch); rc != 0) {
-      return Status::internal(with_llama_reason("decoding token " + std::to_string(i + 1) + " failed (llama_decode returned " + std::to_string(rc) + ")"));
+      return Status::internal(with_llama_reason("decoding token " + std::to_string(i + 1) +
+                                                " failed (llama_decode returned " + std::to_string(rc) + ")"));
     }
   }
   if (!r.tokens.empty()) {
@@ -121,17 +134,25 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
 namespace {
 
 nlohmann::json profile_json(const datapath::SplitProfile& p) {
-  return {{"runs", p.runs},         {"run_s", p.run_s},       {"to_workers_s", p.to_workers_s},
-          {"from_workers_s", p.from_workers_s}, {"to_local_s", p.to_local_s}, {"launches", p.launches},
-          {"launch_s", p.launch_s},  {"sync_s", p.sync_s}};
+  return {{"runs", p.runs},
+          {"run_s", p.run_s},
+          {"to_workers_s", p.to_workers_s},
+          {"from_workers_s", p.from_workers_s},
+          {"to_local_s", p.to_local_s},
+          {"launches", p.launches},
+          {"launch_s", p.launch_s},
+          {"sync_s", p.sync_s}};
 }
 
 }  // namespace
 
 std::string generate_result_json(const GenerateResult& r) {
-  const nlohmann::json j = {{"text", r.text},           {"tokens", r.tokens},
-                            {"n_prompt_tokens", r.n_prompt_tokens}, {"load_s", r.load_s},
-                            {"prefill_tps", r.prefill_tps}, {"decode_tps", r.decode_tps},
+  const nlohmann::json j = {{"text", r.text},
+                            {"tokens", r.tokens},
+                            {"n_prompt_tokens", r.n_prompt_tokens},
+                            {"load_s", r.load_s},
+                            {"prefill_tps", r.prefill_tps},
+                            {"decode_tps", r.decode_tps},
                             {"input_copies", datapath::AsyncRpcWrites::reused_writes()},
                             {"input_copies_identified", datapath::AsyncRpcWrites::identified_writes()},
                             {"input_bytes_not_sent", datapath::AsyncRpcWrites::bytes_not_sent()},

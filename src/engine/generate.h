@@ -7,22 +7,22 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/model_loader.h"
 #include "datapath/sched_hooks.h"
+#include "engine/model_loader.h"
 
 namespace tandem::engine {
 
 struct GenerateOptions {
-  std::string model;            // GGUF path (first split of a split model)
+  std::string model;  // GGUF path (first split of a split model)
   std::string prompt;
-  int n_predict = 32;           // tokens to generate at most (stops early at end-of-generation)
+  int n_predict = 32;  // tokens to generate at most (stops early at end-of-generation)
   int n_ctx = 512;
-  int threads = 0;              // 0: all cores
-  bool greedy = true;           // false: sample with `temperature` and `seed`
+  int threads = 0;     // 0: all cores
+  bool greedy = true;  // false: sample with `temperature` and `seed`
   float temperature = 0.8f;
   uint32_t seed = 42;
-  bool ignore_eos = false;      // keep generating past end-of-generation tokens (benchmarks)
-  Placement placement;          // where the layers go (default: all on the local GPUs, else CPU)
+  bool ignore_eos = false;  // keep generating past end-of-generation tokens (benchmarks)
+  Placement placement;      // where the layers go (default: all on the local GPUs, else CPU)
 };
 
 struct GenerateResult {
@@ -30,7 +30,7 @@ struct GenerateResult {
   std::vector<int32_t> tokens;  // the generated token ids
   int n_prompt_tokens = 0;
   double load_s = 0, prefill_s = 0, decode_s = 0;
-  double prefill_tps = 0, decode_tps = 0;  // tokens per second; decode excludes the first token
+  double prefill_tps = 0, decode_tps = 0;                  // tokens per second; decode excludes the first token
   datapath::SplitProfile prefill_profile, decode_profile;  // where the scheduler's time went in each phase
 };
 

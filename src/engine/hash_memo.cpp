@@ -40,11 +40,11 @@ std::string default_hash_memo_dir() {
 }
 
 Result<std::string> hash_memo_path(const std::string& dir, const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return Status::not_found(path + ": " + std::strerror(errno));
   std::ostringstream name;
-  name << dir << '/' << std::hex << static_cast<uint64_t>(st.st_dev) << '-' << static_cast<uint64_t>(st.st_ino) << std::dec
-       << '-' << static_cast<uint64_t>(st.st_size) << '-' << static_cast<int64_t>(st.st_mtim.tv_sec) << '.'
+  name << dir << '/' << std::hex << static_cast<uint64_t>(st.st_dev) << '-' << static_cast<uint64_t>(st.st_ino)
+       << std::dec << '-' << static_cast<uint64_t>(st.st_size) << '-' << static_cast<int64_t>(st.st_mtim.tv_sec) << '.'
        << static_cast<int64_t>(st.st_mtim.tv_nsec);
   return name.str();
 }
@@ -69,7 +69,8 @@ Status write_hash_memo(const std::string& memo_file, const HashMemo& memo) {
   const std::string tmp = memo_file + ".part." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& [key, e] : memo) out << key.first << ' ' << key.second << ' ' << std::hex << e.hash << ' ' << e.fingerprint << std::dec << '\n';
+    for (const auto& [key, e] : memo)
+      out << key.first << ' ' << key.second << ' ' << std::hex << e.hash << ' ' << e.fingerprint << std::dec << '\n';
     out.close();
     if (!out) {
       std::filesystem::remove(tmp, ec);

@@ -25,12 +25,12 @@ struct Job {
   std::vector<llama_token> prompt;
   common_sampler_ptr sampler;
   std::vector<std::string> stops;
-  int max_tokens = 0;                 // > 0; also bounded by the slot's context
+  int max_tokens = 0;  // > 0; also bounded by the slot's context
   bool ignore_eos = false;
-  bool return_tokens = false;         // report the generated token ids in the done event
-  int n_probs = -1;                   // -1: no logprobs; else report each token's logprob and this many alternatives
+  bool return_tokens = false;           // report the generated token ids in the done event
+  int n_probs = -1;                     // -1: no logprobs; else report each token's logprob and this many alternatives
   std::set<llama_token> shown_special;  // special tokens rendered as text (the chat format's markers)
-  std::optional<ChatStream> chat;     // chat requests: reads content, reasoning and tool calls back
+  std::optional<ChatStream> chat;       // chat requests: reads content, reasoning and tool calls back
   EventCallback on_event;
 };
 

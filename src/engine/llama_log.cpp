@@ -37,7 +37,7 @@ void on_log(ggml_log_level level, const char* text, void*) {
     const std::string line = pending.substr(0, nl);
     pending.erase(0, nl + 1);
     if (line.empty()) continue;
-    const log::Level l = level == GGML_LOG_LEVEL_ERROR ? log::Level::error
+    const log::Level l = level == GGML_LOG_LEVEL_ERROR  ? log::Level::error
                          : level == GGML_LOG_LEVEL_WARN ? log::Level::warn
                                                         : log::Level::debug;
     log::write(l, "llama", line);

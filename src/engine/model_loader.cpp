@@ -15,15 +15,15 @@
 #include <numeric>
 #include <thread>
 
-#include "datapath/input_reuse.h"
 #include "common/log.h"
 #include "common/units.h"
-#include "engine/cached_upload.h"
-#include "engine/hash_memo.h"
-#include "engine/llama_log.h"
+#include "datapath/input_reuse.h"
 #include "datapath/local_casts.h"
 #include "datapath/sched_hooks.h"
 #include "datapath/worker_embedding.h"
+#include "engine/cached_upload.h"
+#include "engine/hash_memo.h"
+#include "engine/llama_log.h"
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
 #include "llama.h"
@@ -97,7 +97,9 @@ void add_local_gpus(std::vector<ggml_backend_dev_t>* devices) {
   for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
     ggml_backend_dev_t dev = ggml_backend_dev_get(i);
     const auto type = ggml_backend_dev_type(dev);
-    if (!datapath::is_rpc_device(dev) && (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU)) devices->push_back(dev);
+    if (!datapath::is_rpc_device(dev) &&
+        (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU))
+      devices->push_back(dev);
   }
 }
 
@@ -174,7 +176,8 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   const int n_layer = static_cast<int>(info->n_layer);
   const Placement& p = o.placement;
   if (p.cpu_layers < 0 || p.cpu_layers > n_layer) {
-    return Status::invalid_argument("CPU layers must be in 0.." + std::to_string(n_layer) + ", got " + std::to_string(p.cpu_layers));
+    return Status::invalid_argument("CPU layers must be in 0.." + std::to_string(n_layer) + ", got " +
+                                    std::to_string(p.cpu_layers));
   }
   auto devices = collect_devices(p);
   if (!devices.is_ok()) return devices.status();
@@ -190,13 +193,14 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   std::vector<float> split(llama_max_devices(), 0.0f);
   if (!p.device_layers.empty()) {
     if (p.device_layers.size() != devices->size()) {
-      return Status::invalid_argument("the layer split names " + std::to_string(p.device_layers.size()) + " devices, but " +
-                                      std::to_string(devices->size()) + " offload devices are present");
+      return Status::invalid_argument("the layer split names " + std::to_string(p.device_layers.size()) +
+                                      " devices, but " + std::to_string(devices->size()) +
+                                      " offload devices are present");
     }
     const int offloaded = std::accumulate(p.device_layers.begin(), p.device_layers.end(), 0);
     if (offloaded + p.cpu_layers != n_layer) {
-      return Status::invalid_argument("the layer split covers " + std::to_string(offloaded + p.cpu_layers) + " layers, the model has " +
-                                      std::to_string(n_layer));
+      return Status::invalid_argument("the layer split covers " + std::to_string(offloaded + p.cpu_layers) +
+                                      " layers, the model has " + std::to_string(n_layer));
     }
     // Integer layer counts as proportions reproduce llama.cpp's boundaries exactly: the split
     // points are k/(n+1) and layer il goes to the first device whose point exceeds il/(n+1).
@@ -272,7 +276,8 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
     if (moved.is_ok()) model.get_deleter().worker_embedding = moved->buffer;
     const std::string dev = ggml_backend_dev_name(embedding_device);
     if (!moved.is_ok()) {
-      log::warn("engine", "token embedding stays on the head, which sends each batch's rows instead: " + moved.status().message() +
+      log::warn("engine", "token embedding stays on the head, which sends each batch's rows instead: " +
+                              moved.status().message() +
                               " (the plan counts it there: check the worker's free memory against `tandem plan`)");
     } else if (!moved->moved) {
       log::info("engine", "token embedding stays on the head: " + moved->why_not);
@@ -285,9 +290,11 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
     const CachedUploadStats st = finish_cached_uploads();
     char line[200];
     std::snprintf(line, sizeof line,
-                  "%llu weights (%.2f GiB) loaded from the workers' caches, %llu sent whole; hashing ran %.1f s (%llu hashes remembered)",
+                  "%llu weights (%.2f GiB) loaded from the workers' caches, %llu sent whole; hashing ran %.1f s (%llu "
+                  "hashes remembered)",
                   static_cast<unsigned long long>(st.markers), static_cast<double>(st.marker_bytes) / (1ull << 30),
-                  static_cast<unsigned long long>(st.fallbacks), st.hash_s, static_cast<unsigned long long>(st.remembered));
+                  static_cast<unsigned long long>(st.fallbacks), st.hash_s,
+                  static_cast<unsigned long long>(st.remembered));
     log::info("engine", line);
   }
   if (!model) return Status::invalid_argument(with_llama_reason(o.model + ": loading the model failed"));

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "datapath/switches.h"
 #include "datapath/ggml_devices.h"
+#include "datapath/switches.h"
 
 struct llama_model;
 struct ggml_backend_device;
@@ -24,7 +24,7 @@ namespace tandem::engine {
 struct Placement : datapath::DataPathSwitches {
   std::vector<std::string> rpc_servers;  // "host:port" of ggml RPC servers (or tandem forwarders)
   bool use_local_gpus = true;
-  int cpu_layers = 0;                    // the first layers stay on the host CPU
+  int cpu_layers = 0;  // the first layers stay on the host CPU
   // Layers per offload device; the output head goes with the last device. Empty: llama.cpp's
   // default (proportional to free memory). Otherwise must cover every layer not on the CPU.
   std::vector<int> device_layers;
@@ -55,9 +55,13 @@ struct Placement : datapath::DataPathSwitches {
 };
 
 // The endpoints to which a step's repeated inputs go as markers under `p`.
-inline std::set<std::string> reuse_endpoints(const Placement& p) { return p.reuse_inputs ? p.tandem_workers : std::set<std::string>{}; }
+inline std::set<std::string> reuse_endpoints(const Placement& p) {
+  return p.reuse_inputs ? p.tandem_workers : std::set<std::string>{};
+}
 // The endpoints to which a step's inputs that are mostly runs of one value go as runs under `p`.
-inline std::set<std::string> runs_endpoints(const Placement& p) { return p.input_runs ? p.tandem_workers : std::set<std::string>{}; }
+inline std::set<std::string> runs_endpoints(const Placement& p) {
+  return p.input_runs ? p.tandem_workers : std::set<std::string>{};
+}
 
 struct LoadOptions {
   std::string model;
@@ -74,7 +78,6 @@ struct ModelDeleter {
   void operator()(llama_model* m) const;
 };
 using ModelPtr = std::unique_ptr<llama_model, ModelDeleter>;
-
 
 // Starts ggml's own RPC server inside this process on `endpoint` ("127.0.0.1:PORT"), serving the
 // local GPUs (the CPU when there is none), and waits until it accepts. For measurement only: a split

@@ -47,7 +47,11 @@ StatusCode code_from_wire(const std::string& s) {
 
 json status_json(const EngineStatus& s) {
   json j = {{"state", s.state},
-            {"load", {{"fraction", s.load.fraction}, {"bytes", s.load.bytes}, {"total_bytes", s.load.total_bytes}, {"rate", s.load.rate}}},
+            {"load",
+             {{"fraction", s.load.fraction},
+              {"bytes", s.load.bytes},
+              {"total_bytes", s.load.total_bytes},
+              {"rate", s.load.rate}}},
             {"slots", {{"busy", s.slots_busy}, {"total", s.slots_total}, {"waiting", s.waiting}}},
             {"tokens_per_s", s.tokens_per_s},
             {"protocol", kProtocolVersion}};
@@ -72,13 +76,13 @@ EngineStatus status_from(const json& j) {
 }
 
 Result<json> parse_object(std::string_view line) {
-  if (line.size() > kMaxLineBytes) return Status::invalid_argument("line of " + std::to_string(line.size()) + " bytes exceeds the limit");
+  if (line.size() > kMaxLineBytes)
+    return Status::invalid_argument("line of " + std::to_string(line.size()) + " bytes exceeds the limit");
   json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::invalid_argument("not valid JSON");
   if (!j.is_object()) return Status::invalid_argument("expected a JSON object");
   return j;
 }
-
 
 bool valid_utf8(const std::string& s) {
   try {
@@ -142,11 +146,16 @@ std::vector<TokenLogprob> logprobs_from(const json& j) {
 const char* wire_code(StatusCode code) {
   switch (code) {
     case StatusCode::invalid_argument:
-    case StatusCode::not_found: return "invalid_argument";
-    case StatusCode::resource_exhausted: return "resource_exhausted";
-    case StatusCode::unavailable: return "unavailable";
-    case StatusCode::cancelled: return "cancelled";
-    default: return "internal";
+    case StatusCode::not_found:
+      return "invalid_argument";
+    case StatusCode::resource_exhausted:
+      return "resource_exhausted";
+    case StatusCode::unavailable:
+      return "unavailable";
+    case StatusCode::cancelled:
+      return "cancelled";
+    default:
+      return "internal";
   }
 }
 
@@ -159,12 +168,22 @@ std::string encode_request(const EngineRequest& r) {
       j["body"] = body.is_discarded() ? json(r.body) : body;  // an unparsable body is the engine's to refuse
       break;
     }
-    case EngineRequest::Op::cancel: j = {{"op", "cancel"}, {"id", r.id}}; break;
-    case EngineRequest::Op::status: j = {{"op", "status"}}; break;
-    case EngineRequest::Op::tokenize:
-      j = {{"op", "tokenize"}, {"id", r.id}, {"content", r.content}, {"add_special", r.add_special}, {"parse_special", r.parse_special}};
+    case EngineRequest::Op::cancel:
+      j = {{"op", "cancel"}, {"id", r.id}};
       break;
-    case EngineRequest::Op::detokenize: j = {{"op", "detokenize"}, {"id", r.id}, {"tokens", r.tokens}}; break;
+    case EngineRequest::Op::status:
+      j = {{"op", "status"}};
+      break;
+    case EngineRequest::Op::tokenize:
+      j = {{"op", "tokenize"},
+           {"id", r.id},
+           {"content", r.content},
+           {"add_special", r.add_special},
+           {"parse_special", r.parse_special}};
+      break;
+    case EngineRequest::Op::detokenize:
+      j = {{"op", "detokenize"}, {"id", r.id}, {"tokens", r.tokens}};
+      break;
     case EngineRequest::Op::count: {
       j = {{"op", "count"}, {"id", r.id}, {"kind", kind_name(r.kind)}};
       json body = json::parse(r.body, nullptr, false);
@@ -199,14 +218,17 @@ std::string encode_event(const EngineEvent& e) {
       j = {{"event", "done"},
            {"id", e.id},
            {"finish_reason", e.finish_reason},
-           {"usage", {{"prompt_tokens", e.usage.prompt_tokens}, {"completion_tokens", e.usage.completion_tokens},
-                      {"cached_tokens", e.usage.cached_tokens}}}};
+           {"usage",
+            {{"prompt_tokens", e.usage.prompt_tokens},
+             {"completion_tokens", e.usage.completion_tokens},
+             {"cached_tokens", e.usage.cached_tokens}}}};
       if (!e.tokens.empty()) j["tokens"] = e.tokens;
       if (!e.stop_sequence.empty()) j["stop_sequence"] = e.stop_sequence;
       if (!e.logprobs.empty()) j["logprobs"] = logprobs_json(e.logprobs);
       break;
     case EngineEvent::Type::result:
-      j = {{"event", "result"}, {"id", e.id}, {"tokens", e.tokens}, {"pieces", e.pieces}, {"content", e.content}, {"count", e.count}};
+      j = {{"event", "result"},  {"id", e.id},           {"tokens", e.tokens},
+           {"pieces", e.pieces}, {"content", e.content}, {"count", e.count}};
       break;
     case EngineEvent::Type::error:
       j = {{"event", "error"}, {"code", wire_code(e.code)}, {"message", e.message}};
@@ -226,40 +248,51 @@ static Result<EngineRequest> decode_request_json(std::string_view line) {
   const json& j = parsed.value();
   EngineRequest r;
   const json op = j.value("op", json());
-  if (!op.is_string()) return Status::invalid_argument("'op' must be one of submit, cancel, status, tokenize, detokenize, count");
+  if (!op.is_string())
+    return Status::invalid_argument("'op' must be one of submit, cancel, status, tokenize, detokenize, count");
   const std::string name = op.get<std::string>();
   if (name == "status") {
     r.op = EngineRequest::Op::status;
     return r;
   }
   static const char* kOps = "'op' must be one of submit, cancel, status, tokenize, detokenize, count";
-  if (name == "submit") r.op = EngineRequest::Op::submit;
-  else if (name == "cancel") r.op = EngineRequest::Op::cancel;
-  else if (name == "tokenize") r.op = EngineRequest::Op::tokenize;
-  else if (name == "detokenize") r.op = EngineRequest::Op::detokenize;
-  else if (name == "count") r.op = EngineRequest::Op::count;
-  else return Status::invalid_argument(std::string(kOps) + ", got '" + name + "'");
+  if (name == "submit")
+    r.op = EngineRequest::Op::submit;
+  else if (name == "cancel")
+    r.op = EngineRequest::Op::cancel;
+  else if (name == "tokenize")
+    r.op = EngineRequest::Op::tokenize;
+  else if (name == "detokenize")
+    r.op = EngineRequest::Op::detokenize;
+  else if (name == "count")
+    r.op = EngineRequest::Op::count;
+  else
+    return Status::invalid_argument(std::string(kOps) + ", got '" + name + "'");
   if (!j.contains("id") || !j["id"].is_string() || j["id"].get<std::string>().empty()) {
     return Status::invalid_argument("'" + name + "' needs 'id', a non-empty string");
   }
   r.id = j["id"].get<std::string>();
   if (r.op == EngineRequest::Op::cancel) return r;
   if (r.op == EngineRequest::Op::tokenize) {
-    if (!j.contains("content") || !j["content"].is_string()) return Status::invalid_argument("'tokenize' needs 'content', a string");
+    if (!j.contains("content") || !j["content"].is_string())
+      return Status::invalid_argument("'tokenize' needs 'content', a string");
     r.content = j["content"].get<std::string>();
     r.add_special = j.value("add_special", false);
     r.parse_special = j.value("parse_special", true);
     return r;
   }
   if (r.op == EngineRequest::Op::detokenize) {
-    if (!j.contains("tokens") || !j["tokens"].is_array()) return Status::invalid_argument("'detokenize' needs 'tokens', an array of token ids");
+    if (!j.contains("tokens") || !j["tokens"].is_array())
+      return Status::invalid_argument("'detokenize' needs 'tokens', an array of token ids");
     for (const json& t : j["tokens"]) r.tokens.push_back(int_value<int32_t>(t, "tokens"));
     return r;
   }
   const std::string kind = j.value("kind", "chat");
-  if (kind != "chat" && kind != "completion") return Status::invalid_argument("'kind' must be chat or completion, got '" + kind + "'");
+  if (kind != "chat" && kind != "completion")
+    return Status::invalid_argument("'kind' must be chat or completion, got '" + kind + "'");
   r.kind = kind == "chat" ? RequestKind::chat : RequestKind::completion;
-  if (!j.contains("body") || !j["body"].is_object()) return Status::invalid_argument("'" + name + "' needs 'body', the OpenAI request object");
+  if (!j.contains("body") || !j["body"].is_object())
+    return Status::invalid_argument("'" + name + "' needs 'body', the OpenAI request object");
   r.body = dump(j["body"]);
   return r;
 }
@@ -276,7 +309,8 @@ static Result<EngineEvent> decode_event_json(std::string_view line) {
     e.text = j.value("text", "");
     e.reasoning = j.value("reasoning", "");
     for (const json& c : j.value("tool_calls", json::array())) {
-      e.tool_calls.push_back({int_field(c, "index", 0), c.value("id", ""), c.value("name", ""), c.value("arguments", "")});
+      e.tool_calls.push_back(
+          {int_field(c, "index", 0), c.value("id", ""), c.value("name", ""), c.value("arguments", "")});
     }
     e.logprobs = logprobs_from(j.value("logprobs", json()));
   } else if (type == "done") {
@@ -284,7 +318,8 @@ static Result<EngineEvent> decode_event_json(std::string_view line) {
     e.finish_reason = j.value("finish_reason", "");
     e.stop_sequence = j.value("stop_sequence", "");
     const json u = j.value("usage", json::object());
-    e.usage = {int_field(u, "prompt_tokens", 0), int_field(u, "completion_tokens", 0), int_field(u, "cached_tokens", 0)};
+    e.usage = {int_field(u, "prompt_tokens", 0), int_field(u, "completion_tokens", 0),
+               int_field(u, "cached_tokens", 0)};
     for (const json& t : j.value("tokens", json::array())) {
       e.tokens.push_back(int_value<int32_t>(t, "tokens"));
     }
@@ -292,7 +327,8 @@ static Result<EngineEvent> decode_event_json(std::string_view line) {
   } else if (type == "result") {
     e.type = EngineEvent::Type::result;
     for (const json& t : j.value("tokens", json::array())) e.tokens.push_back(int_value<int32_t>(t, "tokens"));
-    for (const json& p : j.value("pieces", json::array())) e.pieces.push_back(p.is_string() ? p.get<std::string>() : "");
+    for (const json& p : j.value("pieces", json::array()))
+      e.pieces.push_back(p.is_string() ? p.get<std::string>() : "");
     e.content = j.value("content", "");
     e.count = int_field(j, "count", 0);
   } else if (type == "error") {

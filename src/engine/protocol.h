@@ -32,28 +32,28 @@ struct EngineRequest {
   // use no slot: they read the loaded model's vocabulary and chat template only.
   enum class Op { submit, cancel, status, tokenize, detokenize, count };
   Op op = Op::status;
-  std::string id;            // every op but status: the request id, unique among the client's active ones
+  std::string id;  // every op but status: the request id, unique among the client's active ones
   RequestKind kind = RequestKind::chat;
-  std::string body;          // submit, count: the OpenAI request body, as serialized JSON (an object)
-  std::string content;       // tokenize: the text
-  bool add_special = false;  // tokenize: add the model's BOS/EOS as a prompt would have them
-  bool parse_special = true; // tokenize: read special-token texts ("<|im_start|>") as those tokens
+  std::string body;             // submit, count: the OpenAI request body, as serialized JSON (an object)
+  std::string content;          // tokenize: the text
+  bool add_special = false;     // tokenize: add the model's BOS/EOS as a prompt would have them
+  bool parse_special = true;    // tokenize: read special-token texts ("<|im_start|>") as those tokens
   std::vector<int32_t> tokens;  // detokenize
 };
 
 struct ToolCallDelta {
-  int index = 0;             // position of the call in the message's tool_calls
-  std::string id;            // set on the first delta of a call
-  std::string name;          // set on the first delta of a call
-  std::string arguments;     // a piece of the JSON arguments text
+  int index = 0;          // position of the call in the message's tool_calls
+  std::string id;         // set on the first delta of a call
+  std::string name;       // set on the first delta of a call
+  std::string arguments;  // a piece of the JSON arguments text
 };
 
 // The probability of one token where it was sampled (the model's distribution before sampling,
 // as llama-server reports it), and the most likely alternatives there.
 struct TopLogprob {
   int32_t id = 0;
-  std::string piece;         // the token's bytes (may be part of a UTF-8 character)
-  float logprob = 0;         // natural log
+  std::string piece;  // the token's bytes (may be part of a UTF-8 character)
+  float logprob = 0;  // natural log
 };
 struct TokenLogprob {
   TopLogprob token;
@@ -63,31 +63,31 @@ struct TokenLogprob {
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
-  int cached_tokens = 0;     // prompt tokens whose KV cache was reused from the slot
+  int cached_tokens = 0;  // prompt tokens whose KV cache was reused from the slot
 };
 
 struct LoadProgress {
-  double fraction = 0;       // 0..1
-  uint64_t bytes = 0;        // weight bytes loaded so far (fraction × total)
+  double fraction = 0;  // 0..1
+  uint64_t bytes = 0;   // weight bytes loaded so far (fraction × total)
   uint64_t total_bytes = 0;
-  double rate = 0;           // bytes per second since loading began
+  double rate = 0;  // bytes per second since loading began
 };
 
 struct EngineStatus {
   std::string state = "loading";  // "loading", "ready" or "failed"
   LoadProgress load;
   int slots_busy = 0, slots_total = 0;
-  int waiting = 0;           // requests queued for a free slot
-  double tokens_per_s = 0;   // generated tokens per second over the last few seconds
-  std::string error;         // state "failed": why
+  int waiting = 0;          // requests queued for a free slot
+  double tokens_per_s = 0;  // generated tokens per second over the last few seconds
+  std::string error;        // state "failed": why
 };
 
 // Engine → client.
 struct EngineEvent {
   enum class Type { delta, done, error, status, result };
   Type type = Type::delta;
-  std::string id;            // delta, done, error: the request; empty for a status and for an
-                             // error about a line that named no request
+  std::string id;  // delta, done, error: the request; empty for a status and for an
+                   // error about a line that named no request
   // delta
   std::string text, reasoning;
   std::vector<ToolCallDelta> tool_calls;
@@ -98,11 +98,11 @@ struct EngineEvent {
   std::string finish_reason;  // "stop", "length", "tool_calls"
   std::string stop_sequence;  // finish "stop" by one of the request's stop strings: that string
   Usage usage;
-  std::vector<int32_t> tokens;  // done: the generated token ids, only when the body asked "return_tokens";
-                                // result of tokenize: the tokens
+  std::vector<int32_t> tokens;      // done: the generated token ids, only when the body asked "return_tokens";
+                                    // result of tokenize: the tokens
   std::vector<std::string> pieces;  // result of tokenize: each token's text (bytes may be partial UTF-8)
-  std::string content;       // result of detokenize: the text
-  int count = 0;             // result of count: the rendered prompt's tokens
+  std::string content;              // result of detokenize: the text
+  int count = 0;                    // result of count: the rendered prompt's tokens
   // error
   StatusCode code = StatusCode::ok;
   std::string message;

@@ -32,7 +32,8 @@ Status number_field(const json& body, const char* name, double lo, double hi, fl
   if (!body.contains(name) || body[name].is_null()) return Status::ok();
   const json& v = body[name];
   if (!v.is_number() || !(v.get<double>() >= lo && v.get<double>() <= hi)) {
-    return Status::invalid_argument(std::string(name) + " must be a number in " + range_text(lo, hi) + ", got " + shown(v));
+    return Status::invalid_argument(std::string(name) + " must be a number in " + range_text(lo, hi) + ", got " +
+                                    shown(v));
   }
   *out = v.get<float>();
   return Status::ok();
@@ -42,8 +43,8 @@ Status integer_field(const json& body, const char* name, int64_t lo, int64_t hi,
   if (!body.contains(name) || body[name].is_null()) return Status::ok();
   const json& v = body[name];
   if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
-    return Status::invalid_argument(std::string(name) + " must be an integer in " + range_text(static_cast<double>(lo), static_cast<double>(hi)) +
-                                    ", got " + shown(v));
+    return Status::invalid_argument(std::string(name) + " must be an integer in " +
+                                    range_text(static_cast<double>(lo), static_cast<double>(hi)) + ", got " + shown(v));
   }
   *out = v.get<int64_t>();
   return Status::ok();
@@ -69,12 +70,14 @@ Status parse_sampling(const json& body, const llama_vocab* vocab, int n_ctx, com
   s.seed = v < 0 ? LLAMA_DEFAULT_SEED : static_cast<uint32_t>(v);  // LLAMA_DEFAULT_SEED: a random one
   if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
     const json& lb = body["logit_bias"];
-    if (!lb.is_object()) return Status::invalid_argument("logit_bias must be an object mapping token ids to numbers in [-100, 100]");
+    if (!lb.is_object())
+      return Status::invalid_argument("logit_bias must be an object mapping token ids to numbers in [-100, 100]");
     for (const auto& [key, bias] : lb.items()) {
       char* end = nullptr;
       const long token = std::strtol(key.c_str(), &end, 10);
       if (key.empty() || *end != '\0' || token < 0 || token >= n_vocab) {
-        return Status::invalid_argument("logit_bias: '" + key + "' is not a token id in [0, " + std::to_string(n_vocab - 1) + "]");
+        return Status::invalid_argument("logit_bias: '" + key + "' is not a token id in [0, " +
+                                        std::to_string(n_vocab - 1) + "]");
       }
       if (!bias.is_number() || bias.get<double>() < -100 || bias.get<double>() > 100) {
         return Status::invalid_argument("logit_bias[" + key + "] must be a number in [-100, 100], got " + shown(bias));
@@ -88,7 +91,8 @@ Status parse_sampling(const json& body, const llama_vocab* vocab, int n_ctx, com
 
 Status parse_limits(const json& body, int n_ctx, Job& job) {
   int64_t max_tokens = -1;
-  for (const char* name : {"max_tokens", "max_completion_tokens"}) TANDEM_RETURN_IF_ERROR(integer_field(body, name, 1, 1 << 30, &max_tokens));
+  for (const char* name : {"max_tokens", "max_completion_tokens"})
+    TANDEM_RETURN_IF_ERROR(integer_field(body, name, 1, 1 << 30, &max_tokens));
   TANDEM_RETURN_IF_ERROR(integer_field(body, "n_predict", -1, 1 << 30, &max_tokens));
   job.max_tokens = max_tokens <= 0 ? n_ctx : static_cast<int>(std::min<int64_t>(max_tokens, n_ctx));
   if (body.contains("return_tokens")) {
@@ -105,7 +109,8 @@ Status parse_limits(const json& body, int n_ctx, Job& job) {
     } else if (lp.is_number_integer() && lp.get<int64_t>() >= 0 && lp.get<int64_t>() <= kMaxTopLogprobs) {
       job.n_probs = lp.get<int>();
     } else {
-      return Status::invalid_argument("logprobs must be true/false or an integer in [0, " + std::to_string(kMaxTopLogprobs) + "], got " + shown(lp));
+      return Status::invalid_argument("logprobs must be true/false or an integer in [0, " +
+                                      std::to_string(kMaxTopLogprobs) + "], got " + shown(lp));
     }
   }
   int64_t top = -1;
@@ -121,9 +126,11 @@ Status parse_limits(const json& body, int n_ctx, Job& job) {
   if (body.contains("stop") && !body["stop"].is_null()) {
     const json& stop = body["stop"];
     const json list = stop.is_string() ? json::array({stop}) : stop;
-    if (!list.is_array() || list.size() > 16) return Status::invalid_argument("stop must be a string or an array of at most 16 strings");
+    if (!list.is_array() || list.size() > 16)
+      return Status::invalid_argument("stop must be a string or an array of at most 16 strings");
     for (const json& s : list) {
-      if (!s.is_string() || s.get<std::string>().empty()) return Status::invalid_argument("stop: every entry must be a non-empty string");
+      if (!s.is_string() || s.get<std::string>().empty())
+        return Status::invalid_argument("stop: every entry must be a non-empty string");
       job.stops.push_back(s.get<std::string>());
     }
   }
@@ -140,7 +147,8 @@ Result<std::optional<std::vector<llama_token>>> token_prompt(const json& body, c
   std::vector<llama_token> ids;
   for (const json& t : *p) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab) {
-      return Status::invalid_argument("prompt: a token id must be an integer in [0, " + std::to_string(n_vocab - 1) + "], got " + shown(t));
+      return Status::invalid_argument("prompt: a token id must be an integer in [0, " + std::to_string(n_vocab - 1) +
+                                      "], got " + shown(t));
     }
     ids.push_back(static_cast<llama_token>(t.get<int64_t>()));
   }
@@ -156,7 +164,8 @@ Result<std::string> completion_prompt(const json& body, common_params_sampling& 
     s.grammar = {COMMON_GRAMMAR_TYPE_OUTPUT_FORMAT, schema->grammar};
   } else if (body.contains("grammar") && !body["grammar"].is_null()) {
     if (!body["grammar"].is_string()) return Status::invalid_argument("grammar must be a string (GBNF)");
-    if (!body["grammar"].get<std::string>().empty()) s.grammar = {COMMON_GRAMMAR_TYPE_USER, body["grammar"].get<std::string>()};
+    if (!body["grammar"].get<std::string>().empty())
+      s.grammar = {COMMON_GRAMMAR_TYPE_USER, body["grammar"].get<std::string>()};
   }
   return body["prompt"].is_string() ? body["prompt"].get<std::string>() : std::string();
 }
@@ -182,7 +191,8 @@ Status apply_chat_params(const ChatPrompt& chat, const llama_vocab* vocab, Job& 
       s.grammar_triggers.push_back({COMMON_GRAMMAR_TRIGGER_TYPE_WORD, trigger.value});
     }
   }
-  if (s.grammar_lazy && s.grammar_triggers.empty()) return Status::internal("the chat format asked for a lazy grammar without triggers");
+  if (s.grammar_lazy && s.grammar_triggers.empty())
+    return Status::internal("the chat format asked for a lazy grammar without triggers");
   for (const auto& stop : chat.params.additional_stops) job.stops.push_back(stop);
   job.shown_special = s.preserved_tokens;
   job.chat.emplace(chat.parser);
@@ -195,7 +205,8 @@ Status build_sampler(const llama_model* model, common_params_sampling& s, Job& j
   } catch (const std::exception& e) {
     const std::string what = e.what();
     if (what.find("grammar") != std::string::npos) {
-      const char* field = s.grammar.type == COMMON_GRAMMAR_TYPE_USER ? "grammar" : "the grammar of the response format or tools";
+      const char* field =
+          s.grammar.type == COMMON_GRAMMAR_TYPE_USER ? "grammar" : "the grammar of the response format or tools";
       return Status::invalid_argument(std::string(field) + " does not parse");
     }
     // common rethrows some failures as a bare std::exception; its log has the details.
@@ -205,8 +216,10 @@ Status build_sampler(const llama_model* model, common_params_sampling& s, Job& j
     // SPM vocabulary's "▁" word marks, say) makes response_format and tools unusable.
     if (what == "std::exception") {
       return Status::invalid_argument(
-          "this model's tokenizer cannot express the chat template's generation prompt in tokens that the grammar of the response "
-          "format or tools accepts, so response_format, json_schema and tools cannot be used with this model (a byte-level BPE "
+          "this model's tokenizer cannot express the chat template's generation prompt in tokens that the grammar of "
+          "the response "
+          "format or tools accepts, so response_format, json_schema and tools cannot be used with this model (a "
+          "byte-level BPE "
           "vocabulary can; a synthetic model: `tandem synth --vocab ggml-vocab-qwen2.gguf`)");
     }
     return Status::invalid_argument("sampling parameters: " + what);
@@ -270,8 +283,9 @@ Result<std::unique_ptr<Job>> prepare_job(RequestKind kind, const json& body, con
   if (job->prompt.empty()) return Status::invalid_argument("the prompt is empty");
   const int n_prompt = static_cast<int>(job->prompt.size());
   if (n_prompt >= facts.n_ctx_slot) {
-    return Status::invalid_argument(std::string(kPromptTooLong) + std::to_string(n_prompt) + " tokens, but the context holds " +
-                                    std::to_string(facts.n_ctx_slot) + " tokens per request (the prompt and at least one generated token)");
+    return Status::invalid_argument(std::string(kPromptTooLong) + std::to_string(n_prompt) +
+                                    " tokens, but the context holds " + std::to_string(facts.n_ctx_slot) +
+                                    " tokens per request (the prompt and at least one generated token)");
   }
   job->max_tokens = std::min(job->max_tokens, facts.n_ctx_slot - n_prompt);
   TANDEM_RETURN_IF_ERROR(build_sampler(facts.model, s, *job));

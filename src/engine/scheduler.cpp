@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common.h"
 #include "common/cpu_cores.h"
 #include "common/log.h"
-#include "common.h"
 #include "engine/llama_log.h"
 #include "engine/request.h"
 #include "engine/slot.h"
@@ -50,15 +50,17 @@ Status warm_up(llama_context* ctx, const llama_model* model, int batch_size, int
     }
     if (const int rc = llama_decode(ctx, batch); rc != 0) {
       const std::string reason = take_last_llama_error();
-      status = Status::internal("the warm-up's " + std::string(step == 0 ? "prompt" : "decode") + " step failed: llama_decode returned " +
-                                std::to_string(rc) + (reason.empty() ? "" : ": " + reason));
+      status = Status::internal("the warm-up's " + std::string(step == 0 ? "prompt" : "decode") +
+                                " step failed: llama_decode returned " + std::to_string(rc) +
+                                (reason.empty() ? "" : ": " + reason));
     }
   }
   llama_batch_free(batch);
   llama_memory_clear(llama_get_memory(ctx), true);
   if (status.is_ok()) {
     char line[160];
-    std::snprintf(line, sizeof line, "warm-up: a %d-token prompt step and a decode step in %.0f ms (not paid by the first request)", n,
+    std::snprintf(line, sizeof line,
+                  "warm-up: a %d-token prompt step and a decode step in %.0f ms (not paid by the first request)", n,
                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     log::info("engine", line);
   }
@@ -73,9 +75,13 @@ void Scheduler::BatchDeleter::operator()(llama_batch* b) const {
 }
 
 Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const SchedulerOptions& o) {
-  if (o.parallel < 1 || o.parallel > 256) return Status::invalid_argument("parallel must be in [1, 256], got " + std::to_string(o.parallel));
-  if (o.context < 16) return Status::invalid_argument("context must be at least 16 tokens, got " + std::to_string(o.context));
-  if (o.batch < o.parallel) return Status::invalid_argument("batch (" + std::to_string(o.batch) + ") must hold one token of each slot (" + std::to_string(o.parallel) + ")");
+  if (o.parallel < 1 || o.parallel > 256)
+    return Status::invalid_argument("parallel must be in [1, 256], got " + std::to_string(o.parallel));
+  if (o.context < 16)
+    return Status::invalid_argument("context must be at least 16 tokens, got " + std::to_string(o.context));
+  if (o.batch < o.parallel)
+    return Status::invalid_argument("batch (" + std::to_string(o.batch) + ") must hold one token of each slot (" +
+                                    std::to_string(o.parallel) + ")");
   auto chat = ChatTemplates::load(model);
   if (!chat.is_ok()) return chat.status();
   const int threads = o.threads > 0 ? o.threads : physical_cores();
@@ -91,9 +97,9 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
   llama_context* ctx = llama_init_from_model(model, cp);
   if (ctx == nullptr) {
     const std::string reason = take_last_llama_error();
-    return Status::resource_exhausted("creating the context failed: " + std::to_string(o.parallel) + " slots × " + std::to_string(o.context) +
-                                      " tokens (KV cache F16, flash attention on, batch " + std::to_string(o.batch) + ")" +
-                                      (reason.empty() ? "" : ": " + reason));
+    return Status::resource_exhausted("creating the context failed: " + std::to_string(o.parallel) + " slots × " +
+                                      std::to_string(o.context) + " tokens (KV cache F16, flash attention on, batch " +
+                                      std::to_string(o.batch) + ")" + (reason.empty() ? "" : ": " + reason));
   }
   SchedulerOptions actual = o;
   actual.context = static_cast<int>(llama_n_ctx_seq(ctx));
@@ -174,15 +180,17 @@ std::vector<int32_t> Scheduler::tokenize(const std::string& text, bool add_speci
   return {ids.begin(), ids.end()};
 }
 
-std::string Scheduler::token_piece(int32_t token) const { return common_token_to_piece(llama_model_get_vocab(model_), token, true); }
+std::string Scheduler::token_piece(int32_t token) const {
+  return common_token_to_piece(llama_model_get_vocab(model_), token, true);
+}
 
 Result<std::string> Scheduler::detokenize(const std::vector<int32_t>& tokens) const {
   const llama_vocab* vocab = llama_model_get_vocab(model_);
   const int n_vocab = llama_vocab_n_tokens(vocab);
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= n_vocab) {
-      return Status::invalid_argument("tokens[" + std::to_string(i) + "] = " + std::to_string(tokens[i]) + " is not a token id in [0, " +
-                                      std::to_string(n_vocab - 1) + "]");
+      return Status::invalid_argument("tokens[" + std::to_string(i) + "] = " + std::to_string(tokens[i]) +
+                                      " is not a token id in [0, " + std::to_string(n_vocab - 1) + "]");
     }
   }
   // Special tokens are shown as their text, as llama-server's /detokenize does.
@@ -302,8 +310,10 @@ void Scheduler::step() {
   if (batch.n_tokens == 0) return;
   if (const int rc = llama_decode(ctx_, batch); rc != 0) {
     const std::string reason = take_last_llama_error();
-    const Status error = rc == 1 ? Status::resource_exhausted("no room left in the KV cache for this batch")
-                                 : Status::internal("llama_decode returned " + std::to_string(rc) + (reason.empty() ? "" : ": " + reason));
+    const Status error =
+        rc == 1
+            ? Status::resource_exhausted("no room left in the KV cache for this batch")
+            : Status::internal("llama_decode returned " + std::to_string(rc) + (reason.empty() ? "" : ": " + reason));
     for (Slot* s : in_batch) {
       s->drop_cache(ctx_);
       s->fail(error);

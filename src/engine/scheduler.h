@@ -33,10 +33,10 @@ namespace tandem::engine {
 class Slot;
 
 struct SchedulerOptions {
-  int parallel = 1;      // slots: requests decoded at the same time
-  int context = 4096;    // tokens of context per slot (the KV cache holds context × parallel)
-  int batch = 512;       // tokens per llama_decode call at most
-  int threads = 0;       // CPU threads; 0: all cores
+  int parallel = 1;    // slots: requests decoded at the same time
+  int context = 4096;  // tokens of context per slot (the KV cache holds context × parallel)
+  int batch = 512;     // tokens per llama_decode call at most
+  int threads = 0;     // CPU threads; 0: all cores
   // Prompt tokens of one slot per decode at most; 0: as many as the batch holds. See
   // docs/engine-protocol.md (exactness) for why a value below 64 makes results independent of
   // what else shares the batch on the CPU backend.
@@ -49,7 +49,7 @@ struct SchedulerOptions {
 
 struct SchedulerStats {
   int busy = 0, total = 0, waiting = 0;
-  double tokens_per_s = 0;       // generated tokens per second over the last few seconds
+  double tokens_per_s = 0;        // generated tokens per second over the last few seconds
   uint64_t tokens_generated = 0;  // since start
 };
 
@@ -101,7 +101,9 @@ class Scheduler {
 
   // Owned by the decode thread.
   std::vector<std::unique_ptr<Slot>> slots_;
-  struct BatchDeleter { void operator()(struct llama_batch* b) const; };
+  struct BatchDeleter {
+    void operator()(struct llama_batch* b) const;
+  };
   std::unique_ptr<struct llama_batch, BatchDeleter> batch_;
 
   // Guarded by mutex_.

@@ -89,8 +89,8 @@ class Connection {
 
 std::string describe_placement(const EngineConfig& c, uint64_t weight_bytes) {
   const Placement& p = c.load.placement;
-  std::string s = "loading " + c.load.model + " (" + format_bytes(weight_bytes) + " of weights) with " + std::to_string(p.cpu_layers) +
-                  " layers on the CPU";
+  std::string s = "loading " + c.load.model + " (" + format_bytes(weight_bytes) + " of weights) with " +
+                  std::to_string(p.cpu_layers) + " layers on the CPU";
   if (p.use_local_gpus) s += ", the rest on the local GPUs";
   for (const auto& r : p.rpc_servers) s += ", RPC server " + r;
   if (!p.device_layers.empty()) {
@@ -128,13 +128,14 @@ class Server {
   int next_connection_ = 0;  // accept thread only
 
   std::mutex mutex_;
-  EngineStatus load_status_;                // guarded by mutex_
-  Clock::time_point load_start_;            // guarded by mutex_
-  double last_broadcast_fraction_ = -1;     // guarded by mutex_
-  ModelPtr model_;                          // written once by the loader, before scheduler_
-  std::unique_ptr<datapath::AsyncRpcWrites> rpc_writes_;  // with RPC servers; written by the loader, outlives scheduler_
+  EngineStatus load_status_;             // guarded by mutex_
+  Clock::time_point load_start_;         // guarded by mutex_
+  double last_broadcast_fraction_ = -1;  // guarded by mutex_
+  ModelPtr model_;                       // written once by the loader, before scheduler_
+  std::unique_ptr<datapath::AsyncRpcWrites>
+      rpc_writes_;  // with RPC servers; written by the loader, outlives scheduler_
   std::unique_ptr<datapath::LocalInputCopies> local_inputs_;  // written by the loader, outlives scheduler_
-  std::unique_ptr<Scheduler> scheduler_;    // guarded by mutex_; set once, reset only after the readers are joined
+  std::unique_ptr<Scheduler> scheduler_;  // guarded by mutex_; set once, reset only after the readers are joined
   std::vector<std::shared_ptr<Connection>> connections_;  // guarded by mutex_
 };
 
@@ -179,16 +180,19 @@ void Server::load() {
   lo.progress = [this](float f) { return on_progress(f); };
   auto model = load_model(lo);
   if (!model.is_ok()) {
-    return set_failed(describe_placement(config_, info.is_ok() ? info->tensor_bytes : 0) + " failed: " + model.status().message());
+    return set_failed(describe_placement(config_, info.is_ok() ? info->tensor_bytes : 0) +
+                      " failed: " + model.status().message());
   }
   model_ = std::move(model.value());
   const Placement& p = config_.load.placement;
   const SchedulerOptions& so = config_.scheduler;
   const auto slots = [&](bool on) {
-    return input_slot_bytes(p, on, model_.get(), static_cast<uint32_t>(so.context * so.parallel), static_cast<uint32_t>(so.parallel),
-                            static_cast<uint32_t>(so.batch));
+    return input_slot_bytes(p, on, model_.get(), static_cast<uint32_t>(so.context * so.parallel),
+                            static_cast<uint32_t>(so.parallel), static_cast<uint32_t>(so.batch));
   };
-  if (!p.rpc_servers.empty() && p.async_rpc_writes) rpc_writes_ = std::make_unique<datapath::AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
+  if (!p.rpc_servers.empty() && p.async_rpc_writes)
+    rpc_writes_ =
+        std::make_unique<datapath::AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
   if (p.queue_local_inputs) local_inputs_ = std::make_unique<datapath::LocalInputCopies>(slots(p.local_input_slots));
   auto scheduler = Scheduler::create(model_.get(), config_.scheduler);
   if (!scheduler.is_ok()) return set_failed(scheduler.status().message());
@@ -199,8 +203,8 @@ void Server::load() {
     load_status_.load.fraction = 1;
     load_status_.load.bytes = load_status_.load.total_bytes;
   }
-  log::info("engine", "ready on " + config_.socket_path + ": " + std::to_string(config_.scheduler.parallel) + " slots of " +
-                          std::to_string(scheduler_->context_per_request()) + " tokens");
+  log::info("engine", "ready on " + config_.socket_path + ": " + std::to_string(config_.scheduler.parallel) +
+                          " slots of " + std::to_string(scheduler_->context_per_request()) + " tokens");
   broadcast(status_event());
 }
 
@@ -324,14 +328,17 @@ void Server::handle(const std::shared_ptr<Connection>& conn, const std::string& 
   }
   const EngineRequest& r = request.value();
   switch (r.op) {
-    case EngineRequest::Op::status: return conn->send(status_event());
+    case EngineRequest::Op::status:
+      return conn->send(status_event());
     case EngineRequest::Op::cancel:
       if (Scheduler* s = scheduler()) s->cancel(conn->scoped(r.id));
       return;
-    case EngineRequest::Op::submit: return submit(conn, r);
+    case EngineRequest::Op::submit:
+      return submit(conn, r);
     case EngineRequest::Op::tokenize:
     case EngineRequest::Op::detokenize:
-    case EngineRequest::Op::count: return answer(conn, r);
+    case EngineRequest::Op::count:
+      return answer(conn, r);
   }
 }
 
@@ -348,12 +355,16 @@ void Server::answer(const std::shared_ptr<Connection>& conn, const EngineRequest
     for (int32_t t : e.tokens) e.pieces.push_back(s->token_piece(t));
   } else if (r.op == EngineRequest::Op::detokenize) {
     auto text = s->detokenize(r.tokens);
-    if (text.is_ok()) e.content = text.value();
-    else error = text.status();
+    if (text.is_ok())
+      e.content = text.value();
+    else
+      error = text.status();
   } else {
     auto n = s->count_prompt(r.kind, r.body);
-    if (n.is_ok()) e.count = n.value();
-    else error = n.status();
+    if (n.is_ok())
+      e.count = n.value();
+    else
+      error = n.status();
   }
   if (!error.is_ok()) {
     e.type = EngineEvent::Type::error;
@@ -373,8 +384,9 @@ void Server::submit(const std::shared_ptr<Connection>& conn, const EngineRequest
   if (s == nullptr) {
     const EngineStatus st = status_event().status;
     error.code = StatusCode::unavailable;
-    error.message = st.state == "failed" ? "the model failed to load: " + st.error
-                                         : "the model is loading (" + std::to_string(static_cast<int>(st.load.fraction * 100)) + "%)";
+    error.message = st.state == "failed"
+                        ? "the model failed to load: " + st.error
+                        : "the model is loading (" + std::to_string(static_cast<int>(st.load.fraction * 100)) + "%)";
     return conn->send(error);
   }
   if (!conn->add_active(r.id)) {

@@ -15,7 +15,7 @@ namespace tandem::engine {
 
 struct EngineConfig {
   std::string socket_path;
-  LoadOptions load;            // model and placement; the server sets the progress callback
+  LoadOptions load;  // model and placement; the server sets the progress callback
   SchedulerOptions scheduler;
   // CUDA graphs stay on by default (a quarter of decode speed on an H200). Off sets
   // GGML_CUDA_DISABLE_GRAPHS=1 for this process before any backend starts.

@@ -30,7 +30,8 @@ TokenLogprob token_logprob(llama_context* ctx, int idx, llama_token token, int n
   if (n_top > 0) {
     std::vector<llama_token> ids(static_cast<size_t>(n_vocab));
     std::iota(ids.begin(), ids.end(), 0);
-    std::partial_sort(ids.begin(), ids.begin() + n_top, ids.end(), [&](llama_token a, llama_token b) { return logits[a] > logits[b]; });
+    std::partial_sort(ids.begin(), ids.begin() + n_top, ids.end(),
+                      [&](llama_token a, llama_token b) { return logits[a] > logits[b]; });
     for (int i = 0; i < n_top; ++i) lp.top.push_back(entry(ids[static_cast<size_t>(i)]));
   }
   return lp;

@@ -52,12 +52,12 @@ class Slot {
   std::vector<llama_token> cache_;  // tokens whose K/V are in this sequence, in position order
   std::unique_ptr<Job> job_;        // null when free
   TextStream text_;
-  int logits_index_ = -1;           // batch index of this slot's logits in the pending decode
-  llama_token next_ = -1;           // sampled and not yet decoded; -1 while the prompt runs
+  int logits_index_ = -1;  // batch index of this slot's logits in the pending decode
+  llama_token next_ = -1;  // sampled and not yet decoded; -1 while the prompt runs
   int n_generated_ = 0;
   std::vector<llama_token> generated_;  // only when the job asked for return_tokens
   std::vector<TokenLogprob> logprobs_;  // only when the job asked for logprobs: not yet sent
-  int n_cached_ = 0;                // prompt tokens reused from the cache
+  int n_cached_ = 0;                    // prompt tokens reused from the cache
 };
 
 }  // namespace tandem::engine

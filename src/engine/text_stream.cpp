@@ -15,9 +15,12 @@ size_t utf8_complete_prefix(std::string_view s) {
   if (i == 0) return back == 0 ? 0 : s.size();  // only continuation bytes: invalid, pass through
   const unsigned char lead = static_cast<unsigned char>(s[i - 1]);
   int need = 1;
-  if ((lead & 0xE0) == 0xC0) need = 2;
-  else if ((lead & 0xF0) == 0xE0) need = 3;
-  else if ((lead & 0xF8) == 0xF0) need = 4;
+  if ((lead & 0xE0) == 0xC0)
+    need = 2;
+  else if ((lead & 0xF0) == 0xE0)
+    need = 3;
+  else if ((lead & 0xF8) == 0xF0)
+    need = 4;
   // An ASCII or invalid lead byte never waits for more.
   if (need == 1) return s.size();
   return back + 1 >= need ? s.size() : i - 1;

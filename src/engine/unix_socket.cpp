@@ -19,7 +19,8 @@ Result<sockaddr_un> address(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof addr.sun_path) {
-    return Status::invalid_argument("socket path '" + path + "' must be 1 to " + std::to_string(sizeof addr.sun_path - 1) + " bytes long");
+    return Status::invalid_argument("socket path '" + path + "' must be 1 to " +
+                                    std::to_string(sizeof addr.sun_path - 1) + " bytes long");
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   return addr;
@@ -33,8 +34,8 @@ Result<int> listen_unix(const std::string& path) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return Status::internal(std::string("socket: ") + std::strerror(errno));
   ::unlink(path.c_str());
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr.value()), sizeof(sockaddr_un)) != 0 || ::chmod(path.c_str(), 0600) != 0 ||
-      ::listen(fd, 16) != 0) {
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr.value()), sizeof(sockaddr_un)) != 0 ||
+      ::chmod(path.c_str(), 0600) != 0 || ::listen(fd, 16) != 0) {
     const std::string why = std::strerror(errno);
     ::close(fd);
     return Status::unavailable("socket " + path + ": " + why);
@@ -52,7 +53,8 @@ Result<int> connect_unix(const std::string& path, int timeout_ms) {
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr.value()), sizeof(sockaddr_un)) == 0) return fd;
     const std::string why = std::strerror(errno);
     ::close(fd);
-    if (std::chrono::steady_clock::now() >= end) return Status::unavailable("engine socket " + path + ": cannot connect: " + why);
+    if (std::chrono::steady_clock::now() >= end)
+      return Status::unavailable("engine socket " + path + ": cannot connect: " + why);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }

@@ -11,7 +11,7 @@
 namespace httplib {
 struct Request;
 struct Response;
-}
+}  // namespace httplib
 
 namespace tandem::gateway::access_log {
 
@@ -19,10 +19,10 @@ namespace tandem::gateway::access_log {
 // its streamed body included, on one thread, and the next request on that thread starts anew.
 struct Note {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
-  std::string key = "-";           // the key's name, once authenticated
-  std::string model;               // the model the request asked for
-  int status = 0;                  // overrides the response's status (a stream that ended in an error)
-  double ttft_s = -1;              // < 0: no token
+  std::string key = "-";  // the key's name, once authenticated
+  std::string model;      // the model the request asked for
+  int status = 0;         // overrides the response's status (a stream that ended in an error)
+  double ttft_s = -1;     // < 0: no token
   uint64_t prompt_tokens = 0, completion_tokens = 0;
 };
 

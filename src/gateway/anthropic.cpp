@@ -10,11 +10,14 @@ namespace {
 
 using nlohmann::json;
 
-Status field_error(const std::string& field, const std::string& what) { return Status::invalid_argument(field + ": " + what); }
+Status field_error(const std::string& field, const std::string& what) {
+  return Status::invalid_argument(field + ": " + what);
+}
 
 // The fields a Messages request may carry that mean nothing here; read without a word.
-const std::set<std::string> kKnown = {"model", "messages", "system", "max_tokens", "stream", "stop_sequences", "temperature", "top_p",
-                                      "top_k", "tools", "tool_choice", "thinking", "metadata"};
+const std::set<std::string> kKnown = {"model",          "messages",    "system",  "max_tokens", "stream",
+                                      "stop_sequences", "temperature", "top_p",   "top_k",      "tools",
+                                      "tool_choice",    "thinking",    "metadata"};
 
 // Text of a string or of text blocks ({type: text, text}); other blocks are an error naming them.
 Result<std::string> text_of(const json& content, const std::string& where) {
@@ -27,7 +30,8 @@ Result<std::string> text_of(const json& content, const std::string& where) {
     const std::string at = where + "[" + std::to_string(i) + "]";
     if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string()) {
       const std::string type = b.is_object() ? b.value("type", "") : "";
-      return field_error(at, type.empty() || type == "text" ? "must be a text block {type: text, text}" : "'" + type + "' blocks are not supported here");
+      return field_error(at, type.empty() || type == "text" ? "must be a text block {type: text, text}"
+                                                            : "'" + type + "' blocks are not supported here");
     }
     if (!out.empty()) out += "\n";
     out += b["text"].get<std::string>();
@@ -52,14 +56,16 @@ Status convert_user(const json& content, const std::string& where, json& message
       if (!text.empty()) text += "\n";
       text += b["text"].get<std::string>();
     } else if (type == "tool_result") {
-      if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string()) return field_error(at + ".tool_use_id", "must be a string");
+      if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string())
+        return field_error(at + ".tool_use_id", "must be a string");
       auto result = text_of(b.value("content", json("")), at + ".content");
       if (!result.is_ok()) return result.status();
       std::string out = result.value();
       if (b.value("is_error", false)) out = "Error: " + out;
       messages.push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", out}});
     } else {
-      return field_error(at + ".type", "'" + type + "' blocks are not supported in user turns (text and tool_result are)");
+      return field_error(at + ".type",
+                         "'" + type + "' blocks are not supported in user turns (text and tool_result are)");
     }
   }
   if (!text.empty() || content.empty()) messages.push_back({{"role", "user"}, {"content", text}});
@@ -89,7 +95,9 @@ Status convert_assistant(const json& content, const std::string& where, json& me
       if (!b.contains("id") || !b["id"].is_string()) return field_error(at + ".id", "must be a string");
       if (!b.contains("name") || !b["name"].is_string()) return field_error(at + ".name", "must be a string");
       const json input = b.value("input", json::object());
-      calls.push_back({{"id", b["id"]}, {"type", "function"}, {"function", {{"name", b["name"]}, {"arguments", dump_json(input)}}}});
+      calls.push_back({{"id", b["id"]},
+                       {"type", "function"},
+                       {"function", {{"name", b["name"]}, {"arguments", dump_json(input)}}}});
     } else {
       return field_error(at + ".type", "'" + type + "' blocks are not supported in assistant turns");
     }
@@ -109,12 +117,14 @@ Status convert_tools(const json& body, json& out) {
   for (size_t i = 0; i < tools.size(); ++i) {
     const json& t = tools[i];
     const std::string at = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) return field_error(at + ".name", "must be a string");
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
+      return field_error(at + ".name", "must be a string");
     const std::string type = t.value("type", "custom");
     if (type != "custom" || !t.contains("input_schema")) {
       // Server tools (web_search_20250305, bash_20250124, ...) run at Anthropic, not here.
-      log::write(log::Level::debug, "serve", "messages: tool '" + t["name"].get<std::string>() + "' of type '" + type +
-                                                 "' cannot run here and is left out of the prompt");
+      log::write(log::Level::debug, "serve",
+                 "messages: tool '" + t["name"].get<std::string>() + "' of type '" + type +
+                     "' cannot run here and is left out of the prompt");
       continue;
     }
     if (!t["input_schema"].is_object()) return field_error(at + ".input_schema", "must be a JSON schema object");
@@ -140,7 +150,8 @@ Status convert_tools(const json& body, json& out) {
   } else if (type == "tool") {
     const std::string name = choice.value("name", "");
     json only = json::array();
-    for (const json& t : converted) if (t["function"]["name"] == name) only.push_back(t);
+    for (const json& t : converted)
+      if (t["function"]["name"] == name) only.push_back(t);
     if (only.empty()) return field_error("tool_choice.name", "names no tool in tools: '" + name + "'");
     out["tools"] = only;  // the one way to make the engine call exactly that tool
     out["tool_choice"] = "required";
@@ -152,7 +163,8 @@ Status convert_tools(const json& body, json& out) {
 
 Status convert_sampling(const json& body, json& out) {
   if (body.contains("max_tokens") && !body["max_tokens"].is_null()) {
-    if (!body["max_tokens"].is_number_integer() || body["max_tokens"].get<int64_t>() < 1) return field_error("max_tokens", "must be an integer >= 1");
+    if (!body["max_tokens"].is_number_integer() || body["max_tokens"].get<int64_t>() < 1)
+      return field_error("max_tokens", "must be an integer >= 1");
     out["max_tokens"] = body["max_tokens"];
   }
   for (const char* k : {"temperature", "top_p", "top_k"}) {
@@ -161,20 +173,26 @@ Status convert_sampling(const json& body, json& out) {
   if (body.contains("stop_sequences") && !body["stop_sequences"].is_null()) {
     const json& s = body["stop_sequences"];
     if (!s.is_array()) return field_error("stop_sequences", "must be an array of strings");
-    for (const json& x : s) if (!x.is_string()) return field_error("stop_sequences", "must be an array of strings");
+    for (const json& x : s)
+      if (!x.is_string()) return field_error("stop_sequences", "must be an array of strings");
     if (!s.empty()) out["stop"] = s;
   }
   const json thinking = body.value("thinking", json());
   if (thinking.is_object()) {
     const std::string type = thinking.value("type", "");
-    if (type == "disabled") out["chat_template_kwargs"] = {{"enable_thinking", false}};
-    else if (type != "enabled" && type != "adaptive") return field_error("thinking.type", "must be enabled, adaptive or disabled; got '" + type + "'");
+    if (type == "disabled")
+      out["chat_template_kwargs"] = {{"enable_thinking", false}};
+    else if (type != "enabled" && type != "adaptive")
+      return field_error("thinking.type", "must be enabled, adaptive or disabled; got '" + type + "'");
   }
   return Status::ok();
 }
 
 json usage_of(uint64_t input, uint64_t output, uint64_t cached) {
-  return {{"input_tokens", input}, {"output_tokens", output}, {"cache_read_input_tokens", cached}, {"cache_creation_input_tokens", 0}};
+  return {{"input_tokens", input},
+          {"output_tokens", output},
+          {"cache_read_input_tokens", cached},
+          {"cache_creation_input_tokens", 0}};
 }
 
 json tool_input(const std::string& arguments) {
@@ -191,7 +209,8 @@ Result<json> to_openai(const json& body, const std::string& model_id) {
   } else if (!body["model"].is_string()) {
     return field_error("model", "must be a string");
   } else if (body["model"] != model_id) {
-    return Status::not_found("model '" + body["model"].get<std::string>() + "' is not served here; this server serves '" + model_id + "'");
+    return Status::not_found("model '" + body["model"].get<std::string>() +
+                             "' is not served here; this server serves '" + model_id + "'");
   } else {
     out["model"] = model_id;
   }
@@ -233,22 +252,33 @@ json error_object(const std::string& type, const std::string& message) {
 
 int http_status(const Status& s) {
   switch (s.code()) {
-    case StatusCode::ok: return 200;
-    case StatusCode::invalid_argument: return 400;
-    case StatusCode::not_found: return 404;
-    case StatusCode::resource_exhausted: return 429;
-    case StatusCode::unavailable: return 529;
-    default: return 500;
+    case StatusCode::ok:
+      return 200;
+    case StatusCode::invalid_argument:
+      return 400;
+    case StatusCode::not_found:
+      return 404;
+    case StatusCode::resource_exhausted:
+      return 429;
+    case StatusCode::unavailable:
+      return 529;
+    default:
+      return 500;
   }
 }
 
 std::string error_type(const Status& s) {
   switch (s.code()) {
-    case StatusCode::invalid_argument: return "invalid_request_error";
-    case StatusCode::not_found: return "not_found_error";
-    case StatusCode::resource_exhausted: return "rate_limit_error";
-    case StatusCode::unavailable: return "overloaded_error";
-    default: return "api_error";
+    case StatusCode::invalid_argument:
+      return "invalid_request_error";
+    case StatusCode::not_found:
+      return "not_found_error";
+    case StatusCode::resource_exhausted:
+      return "rate_limit_error";
+    case StatusCode::unavailable:
+      return "overloaded_error";
+    default:
+      return "api_error";
   }
 }
 
@@ -291,7 +321,9 @@ json MessagesDialect::response(const CallInfo& call, const Accumulated& a) {
   if (!a.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", a.reasoning}, {"signature", ""}});
   if (!a.text.empty() || a.tool_calls.empty()) content.push_back({{"type", "text"}, {"text", a.text}});
   for (const json& t : a.tool_calls) {
-    content.push_back({{"type", "tool_use"}, {"id", t["id"]}, {"name", t["function"]["name"]},
+    content.push_back({{"type", "tool_use"},
+                       {"id", t["id"]},
+                       {"name", t["function"]["name"]},
                        {"input", tool_input(t["function"]["arguments"].get<std::string>())}});
   }
   GenerationEvent done;
@@ -311,8 +343,14 @@ json MessagesDialect::response(const CallInfo& call, const Accumulated& a) {
 
 std::string MessagesDialect::stream_open(const CallInfo& call) {
   // The prompt's size is known only when the generation ends: message_delta carries it.
-  json message = {{"id", call.id}, {"type", "message"}, {"role", "assistant"}, {"model", call.model_id}, {"content", json::array()},
-                  {"stop_reason", nullptr}, {"stop_sequence", nullptr}, {"usage", usage_of(0, 0, 0)}};
+  json message = {{"id", call.id},
+                  {"type", "message"},
+                  {"role", "assistant"},
+                  {"model", call.model_id},
+                  {"content", json::array()},
+                  {"stop_reason", nullptr},
+                  {"stop_sequence", nullptr},
+                  {"usage", usage_of(0, 0, 0)}};
   return sse_event("message_start", {{"type", "message_start"}, {"message", message}}) + stream_ping();
 }
 
@@ -320,7 +358,8 @@ std::string MessagesDialect::open_block(Block kind, const json& start) {
   std::string out = close_block();
   block_ = kind;
   ++index_;
-  return out + sse_event("content_block_start", {{"type", "content_block_start"}, {"index", index_}, {"content_block", start}});
+  return out + sse_event("content_block_start",
+                         {{"type", "content_block_start"}, {"index", index_}, {"content_block", start}});
 }
 
 std::string MessagesDialect::close_block() {
@@ -328,7 +367,8 @@ std::string MessagesDialect::close_block() {
   std::string out;
   if (block_ == Block::thinking) {
     // Anthropic closes a thinking block with its signature; a local model has none to give.
-    out += sse_event("content_block_delta", {{"type", "content_block_delta"}, {"index", index_},
+    out += sse_event("content_block_delta", {{"type", "content_block_delta"},
+                                             {"index", index_},
                                              {"delta", {{"type", "signature_delta"}, {"signature", ""}}}});
   }
   block_ = Block::none;
@@ -337,9 +377,12 @@ std::string MessagesDialect::close_block() {
 
 std::string MessagesDialect::stream_event(const CallInfo& call, const GenerationEvent& e, bool) {
   std::string out;
-  auto delta = [&](const json& d) { out += sse_event("content_block_delta", {{"type", "content_block_delta"}, {"index", index_}, {"delta", d}}); };
+  auto delta = [&](const json& d) {
+    out += sse_event("content_block_delta", {{"type", "content_block_delta"}, {"index", index_}, {"delta", d}});
+  };
   if (!e.reasoning.empty()) {
-    if (block_ != Block::thinking) out += open_block(Block::thinking, {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+    if (block_ != Block::thinking)
+      out += open_block(Block::thinking, {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
     delta({{"type", "thinking_delta"}, {"thinking", e.reasoning}});
   }
   if (!e.text.empty()) {
@@ -351,7 +394,10 @@ std::string MessagesDialect::stream_event(const CallInfo& call, const Generation
       const int index = t.value("index", 0);
       if (block_ != Block::tool_use || index != tool_index_) {
         const json f = t.value("function", json::object());
-        out += open_block(Block::tool_use, {{"type", "tool_use"}, {"id", t.value("id", "")}, {"name", f.value("name", "")}, {"input", json::object()}});
+        out += open_block(Block::tool_use, {{"type", "tool_use"},
+                                            {"id", t.value("id", "")},
+                                            {"name", f.value("name", "")},
+                                            {"input", json::object()}});
         tool_index_ = index;
       }
       const std::string args = t.value("function", json::object()).value("arguments", "");
@@ -359,19 +405,24 @@ std::string MessagesDialect::stream_event(const CallInfo& call, const Generation
     }
   }
   if (e.type == GenerationEvent::Type::done) {
-    if (index_ < 0) out += open_block(Block::text, {{"type", "text"}, {"text", ""}});  // a message has at least one block
+    if (index_ < 0)
+      out += open_block(Block::text, {{"type", "text"}, {"text", ""}});  // a message has at least one block
     out += close_block();
     std::string matched;
     const std::string reason = stop_reason(e, call.body, &matched);
-    out += sse_event("message_delta", {{"type", "message_delta"},
-                                       {"delta", {{"stop_reason", reason}, {"stop_sequence", matched.empty() ? json(nullptr) : json(matched)}}},
-                                       {"usage", usage_of(e.prompt_tokens, e.completion_tokens, e.cached_tokens)}});
+    out += sse_event(
+        "message_delta",
+        {{"type", "message_delta"},
+         {"delta", {{"stop_reason", reason}, {"stop_sequence", matched.empty() ? json(nullptr) : json(matched)}}},
+         {"usage", usage_of(e.prompt_tokens, e.completion_tokens, e.cached_tokens)}});
     out += sse_event("message_stop", {{"type", "message_stop"}});
   }
   return out;
 }
 
-std::string MessagesDialect::stream_error(const CallInfo&, const Status& error) { return "event: error\ndata: " + error_body(error) + "\n\n"; }
+std::string MessagesDialect::stream_error(const CallInfo&, const Status& error) {
+  return "event: error\ndata: " + error_body(error) + "\n\n";
+}
 
 std::string MessagesDialect::stream_ping() const { return sse_event("ping", {{"type", "ping"}}); }
 

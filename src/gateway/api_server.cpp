@@ -5,12 +5,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <ctime>
-#include <cctype>
 #include <deque>
 
 #include "gateway/access_log.h"
@@ -35,7 +35,8 @@ std::string dump(const json& j) { return dump_json(j); }
 bool iequals_prefix(const std::string& s, const std::string& prefix) {
   if (s.size() < prefix.size()) return false;
   for (size_t i = 0; i < prefix.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(s[i])) != std::tolower(static_cast<unsigned char>(prefix[i]))) return false;
+    if (std::tolower(static_cast<unsigned char>(s[i])) != std::tolower(static_cast<unsigned char>(prefix[i])))
+      return false;
   }
   return true;
 }
@@ -60,7 +61,7 @@ std::string bind_failure(const std::string& host, int port) {
     const int err = errno;
     ::close(fd);
     if (bound) continue;
-    why = err == EADDRINUSE    ? "the address is already in use (another tandem serve, or another program, listens there)"
+    why = err == EADDRINUSE ? "the address is already in use (another tandem serve, or another program, listens there)"
           : err == EADDRNOTAVAIL ? "not an address of this machine"
           : err == EACCES        ? "permission denied (ports below 1024 need privileges)"
                                  : std::strerror(err);
@@ -103,7 +104,10 @@ struct ApiServer::Call {
 };
 
 ApiServer::ApiServer(ApiOptions options, Backend* backend, KeyStore* keys, HealthSource health)
-    : options_(std::move(options)), backend_(backend), keys_(keys), health_(std::move(health)),
+    : options_(std::move(options)),
+      backend_(backend),
+      keys_(keys),
+      health_(std::move(health)),
       server_(std::make_unique<HttpServer>()) {
   const int threads = options_.threads > 0 ? options_.threads : options_.max_in_flight + 8;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -156,7 +160,8 @@ void ApiServer::stop() {
 void ApiServer::install_routes() {
   server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     access_log::begin();
-    return handle_cors(req, res) ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
+    return handle_cors(req, res) ? httplib::Server::HandlerResponse::Handled
+                                 : httplib::Server::HandlerResponse::Unhandled;
   });
   server_->set_logger([](const httplib::Request& req, const httplib::Response& res) { access_log::write(req, res); });
   // Public, for load balancers and probes: the state and the HTTP status. The details (worker
@@ -180,7 +185,9 @@ void ApiServer::install_routes() {
   // which needs a key unless [server] status_page_public is set.
   server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_header("Cache-Control", "no-store");
-    res.set_header("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:");
+    res.set_header(
+        "Content-Security-Policy",
+        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:");
     res.set_content(status_page_html(), "text/html; charset=utf-8");
   });
   server_->Get("/status.json", [this](const httplib::Request& req, httplib::Response& res) {
@@ -193,8 +200,9 @@ void ApiServer::install_routes() {
     }
     const HealthReport h = health_();
     res.set_header("Cache-Control", "no-store");
-    res.set_content(dump(status_snapshot(h, info, draining_ ? "draining" : h.state, in_flight_.load(), options_.model_id)),
-                    "application/json");
+    res.set_content(
+        dump(status_snapshot(h, info, draining_ ? "draining" : h.state, in_flight_.load(), options_.model_id)),
+        "application/json");
   });
   server_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     KeyRecord key;
@@ -219,7 +227,8 @@ void ApiServer::install_routes() {
     res.status = status;
   });
   server_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, openai::OpenAiDialect(Endpoint::chat), Status::internal("unexpected error while handling the request"));
+    send_error(res, openai::OpenAiDialect(Endpoint::chat),
+               Status::internal("unexpected error while handling the request"));
   });
 }
 
@@ -248,7 +257,8 @@ bool ApiServer::holds_valid_key(const httplib::Request& req) const {
   return keys_ != nullptr && !key.empty() && keys_->authenticate(key).is_ok();
 }
 
-bool ApiServer::authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key, const Dialect* dialect) {
+bool ApiServer::authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key,
+                             const Dialect* dialect) {
   if (!options_.auth) {
     key->id = key->name = "anonymous";
     access_log::note().key = key->name;
@@ -266,7 +276,9 @@ bool ApiServer::authenticate(const httplib::Request& req, httplib::Response& res
   const std::string presented = presented_key(req, &problem);
   if (presented.empty()) {
     if (!problem.empty()) return refuse(problem);
-    return refuse("missing API key: send 'Authorization: Bearer <key>' or 'X-Api-Key: <key>' (create one with `tandem keys create`)");
+    return refuse(
+        "missing API key: send 'Authorization: Bearer <key>' or 'X-Api-Key: <key>' (create one with `tandem keys "
+        "create`)");
   }
   auto k = keys_->authenticate(presented);
   if (!k.is_ok()) return refuse("invalid API key: " + k.status().message());
@@ -297,7 +309,8 @@ void ApiServer::generate(const httplib::Request& req, httplib::Response& res, st
   }
   if (in_flight_.fetch_add(1) >= options_.max_in_flight) {
     --in_flight_;
-    return refuse(Status::unavailable("server busy: " + std::to_string(options_.max_in_flight) + " requests in flight"), 2);
+    return refuse(Status::unavailable("server busy: " + std::to_string(options_.max_in_flight) + " requests in flight"),
+                  2);
   }
   const Admission admission = limiter_.acquire(key.id, key.limits);
   if (!admission.admitted) {
@@ -403,7 +416,8 @@ void ApiServer::respond_stream(const std::shared_ptr<Call>& call, httplib::Respo
 }
 
 void ApiServer::observe(Call& call, const GenerationEvent& e) {
-  if (e.type == GenerationEvent::Type::delta && call.first_token == Clock::time_point{}) call.first_token = Clock::now();
+  if (e.type == GenerationEvent::Type::delta && call.first_token == Clock::time_point{})
+    call.first_token = Clock::now();
   if (e.type == GenerationEvent::Type::error) call.error_status = openai::http_status(e.error);
   if (e.type == GenerationEvent::Type::done) {
     call.result.prompt_tokens = e.prompt_tokens;
@@ -413,7 +427,8 @@ void ApiServer::observe(Call& call, const GenerationEvent& e) {
   access_log::Note& n = access_log::note();
   n.prompt_tokens = call.result.prompt_tokens;
   n.completion_tokens = call.result.completion_tokens;
-  if (call.first_token != Clock::time_point{}) n.ttft_s = std::chrono::duration<double>(call.first_token - call.started).count();
+  if (call.first_token != Clock::time_point{})
+    n.ttft_s = std::chrono::duration<double>(call.first_token - call.started).count();
   n.status = call.error_status;
 }
 
@@ -423,8 +438,11 @@ void ApiServer::finish(Call& call, int http_status) {
   --in_flight_;
   // A stream that began with 200 and ended in an error is a failed request.
   const int status = call.error_status != 0 ? call.error_status : http_status;
-  const double ttft = call.first_token == Clock::time_point{} ? -1 : std::chrono::duration<double>(call.first_token - call.started).count();
-  metrics_.request_finished(call.dialect->name(), status, std::chrono::duration<double>(Clock::now() - call.started).count(), ttft);
+  const double ttft = call.first_token == Clock::time_point{}
+                          ? -1
+                          : std::chrono::duration<double>(call.first_token - call.started).count();
+  metrics_.request_finished(call.dialect->name(), status,
+                            std::chrono::duration<double>(Clock::now() - call.started).count(), ttft);
   metrics_.tokens(call.result.prompt_tokens, call.result.completion_tokens);
   if (keys_ != nullptr && options_.auth && (call.result.prompt_tokens || call.result.completion_tokens)) {
     keys_->record_usage(call.key.id, call.result.prompt_tokens, call.result.completion_tokens);

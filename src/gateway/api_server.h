@@ -23,7 +23,7 @@ namespace httplib {
 class Server;
 struct Request;
 struct Response;
-}
+}  // namespace httplib
 
 namespace tandem::gateway {
 
@@ -31,17 +31,17 @@ class HttpServer;  // httplib::Server with a usable listen backlog (api_server.c
 
 struct ApiOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                      // 0 picks a free port (see ApiServer::port())
-  std::string model_id = "tandem";      // the name clients pass as `model`
-  bool auth = true;                     // false only with --insecure-no-auth
+  int port = 8080;                  // 0 picks a free port (see ApiServer::port())
+  std::string model_id = "tandem";  // the name clients pass as `model`
+  bool auth = true;                 // false only with --insecure-no-auth
   size_t max_body_bytes = 4u << 20;
-  int read_timeout_s = 30;              // for the request head and body
+  int read_timeout_s = 30;  // for the request head and body
   int write_timeout_s = 60;
-  int keep_alive_s = 5;                 // idle keep-alive connections are closed after this
-  int max_in_flight = 64;               // generation requests admitted at once; beyond: 503
-  int threads = 0;                      // HTTP worker threads; 0 = max_in_flight + 8
-  int ping_interval_ms = 1000;          // SSE comment while a stream waits: detects gone clients
-  bool status_page_public = false;      // /status.json without a key ([server] status_page_public)
+  int keep_alive_s = 5;             // idle keep-alive connections are closed after this
+  int max_in_flight = 64;           // generation requests admitted at once; beyond: 503
+  int threads = 0;                  // HTTP worker threads; 0 = max_in_flight + 8
+  int ping_interval_ms = 1000;      // SSE comment while a stream waits: detects gone clients
+  bool status_page_public = false;  // /status.json without a key ([server] status_page_public)
   // Browser origins allowed to call the API ([server] cors_origins); "*" allows any. Empty: CORS
   // off (no Access-Control-* headers, preflights refused).
   std::vector<std::string> cors_origins;
@@ -51,9 +51,9 @@ struct ApiOptions {
 struct HealthReport {
   std::string state = "ready";  // starting, loading, ready, degraded, recovering, draining
   bool accepting = true;
-  int retry_after_s = 5;        // when not accepting
+  int retry_after_s = 5;                             // when not accepting
   nlohmann::json detail = nlohmann::json::object();  // load progress, nodes, ...
-  std::string extra_metrics;    // Prometheus lines of the supervisor (link bytes, node states)
+  std::string extra_metrics;                         // Prometheus lines of the supervisor (link bytes, node states)
 };
 using HealthSource = std::function<HealthReport()>;
 
@@ -96,7 +96,8 @@ class ApiServer {
   bool holds_valid_key(const httplib::Request& req) const;
   // Checks the key; on failure writes the 401 in `dialect`'s error shape (OpenAI's when null)
   // and returns false.
-  bool authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key, const Dialect* dialect = nullptr);
+  bool authenticate(const httplib::Request& req, httplib::Response& res, KeyRecord* key,
+                    const Dialect* dialect = nullptr);
   // Records what an event says of its request: first token, tokens, an error's status.
   void observe(Call& call, const GenerationEvent& e);
   // Ends `call` once: releases its limits and records metrics and usage.

@@ -16,17 +16,17 @@ namespace tandem::gateway {
 enum class Endpoint { chat, completion };
 
 struct GenerationRequest {
-  std::string id;        // unique per request, e.g. "chatcmpl-3f2a..."
+  std::string id;  // unique per request, e.g. "chatcmpl-3f2a..."
   Endpoint endpoint = Endpoint::chat;
-  nlohmann::json body;   // the client's OpenAI request body, already parsed
+  nlohmann::json body;  // the client's OpenAI request body, already parsed
 };
 
 struct GenerationEvent {
   enum class Type { delta, done, error };
   Type type = Type::delta;
-  std::string text;            // delta: new content text
-  std::string reasoning;       // delta: new reasoning text (templates that separate it)
-  nlohmann::json tool_calls;   // delta: OpenAI tool_calls delta array, or null
+  std::string text;           // delta: new content text
+  std::string reasoning;      // delta: new reasoning text (templates that separate it)
+  nlohmann::json tool_calls;  // delta: OpenAI tool_calls delta array, or null
   // delta, done: when the request asked for logprobs, one object per generated token since the
   // last event: {"token": text, "bytes": [..], "logprob": x, "top_logprobs": [{"token", "bytes",
   // "logprob"}, ...]} (OpenAI's chat shape); null otherwise.

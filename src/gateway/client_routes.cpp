@@ -64,7 +64,9 @@ void ApiServer::install_client_routes() {
     if (id != options_.model_id) {
       res.status = 404;
       json e = {{"message", "model '" + id + "' is not served here; this server serves '" + options_.model_id + "'"},
-                {"type", "invalid_request_error"}, {"param", "model"}, {"code", "model_not_found"}};
+                {"type", "invalid_request_error"},
+                {"param", "model"},
+                {"code", "model_not_found"}};
       res.set_content(dump_json({{"error", e}}), "application/json");
       return;
     }
@@ -78,15 +80,19 @@ void ApiServer::install_client_routes() {
     auto body = parse_json_object(req.body);
     if (!body.is_ok()) return send(res, d, body.status());
     const json text = body->contains("content") ? body.value()["content"] : body->value("prompt", json());
-    if (!text.is_string()) return send(res, d, Status::invalid_argument("'content' must be a string (the text to tokenize)"));
+    if (!text.is_string())
+      return send(res, d, Status::invalid_argument("'content' must be a string (the text to tokenize)"));
     const json add = body->value("add_special", json(false)), pieces = body->value("with_pieces", json(false));
-    if (!add.is_boolean() || !pieces.is_boolean()) return send(res, d, Status::invalid_argument("'add_special' and 'with_pieces' must be booleans"));
+    if (!add.is_boolean() || !pieces.is_boolean())
+      return send(res, d, Status::invalid_argument("'add_special' and 'with_pieces' must be booleans"));
     auto tokens = backend_->tokenize(text.get<std::string>(), add.get<bool>());
     if (!tokens.is_ok()) return send(res, d, tokens.status());
     json out = json::array();
     for (const auto& t : tokens.value()) {
-      if (pieces.get<bool>()) out.push_back({{"id", t.id}, {"piece", t.piece}});
-      else out.push_back(t.id);
+      if (pieces.get<bool>())
+        out.push_back({{"id", t.id}, {"piece", t.piece}});
+      else
+        out.push_back(t.id);
     }
     res.set_content(dump_json({{"tokens", out}}), "application/json");
   });

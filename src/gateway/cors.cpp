@@ -31,8 +31,9 @@ bool ApiServer::handle_cors(const httplib::Request& req, httplib::Response& res)
   if (!ok) {
     if (!preflight) return false;  // the browser withholds the answer itself: no header, no access
     res.status = 403;
-    res.set_content("{\"error\":{\"message\":\"origin '" + origin + "' is not in [server] cors_origins\",\"type\":\"permission_error\","
-                    "\"param\":null,\"code\":null}}",
+    res.set_content("{\"error\":{\"message\":\"origin '" + origin +
+                        "' is not in [server] cors_origins\",\"type\":\"permission_error\","
+                        "\"param\":null,\"code\":null}}",
                     "application/json");
     return true;
   }

@@ -12,14 +12,17 @@ using nlohmann::json;
 
 std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 std::string sse_data(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
-std::string sse_event(const std::string& name, const json& j) { return "event: " + name + "\ndata: " + dump_json(j) + "\n\n"; }
+std::string sse_event(const std::string& name, const json& j) {
+  return "event: " + name + "\ndata: " + dump_json(j) + "\n\n";
+}
 
 Result<json> parse_json_object(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
   } catch (const json::parse_error& e) {
-    return Status::invalid_argument("request body is not valid JSON (at byte " + std::to_string(e.byte) + "): " + e.what());
+    return Status::invalid_argument("request body is not valid JSON (at byte " + std::to_string(e.byte) +
+                                    "): " + e.what());
   } catch (const json::exception& e) {
     // Valid syntax the parser still refuses, e.g. a number out of a double's range ("1e400").
     return Status::invalid_argument(std::string("request body is not valid JSON: ") + e.what());
@@ -62,13 +65,13 @@ void Accumulated::add(const GenerationEvent& d) {
     if (call.contains("id") && call["id"].is_string()) t["id"] = call["id"];
     if (call.contains("function")) {
       const json& f = call["function"];
-      if (f.contains("name") && f["name"].is_string()) t["function"]["name"] = t["function"]["name"].get<std::string>() + f["name"].get<std::string>();
+      if (f.contains("name") && f["name"].is_string())
+        t["function"]["name"] = t["function"]["name"].get<std::string>() + f["name"].get<std::string>();
       if (f.contains("arguments") && f["arguments"].is_string()) {
         t["function"]["arguments"] = t["function"]["arguments"].get<std::string>() + f["arguments"].get<std::string>();
       }
     }
   }
 }
-
 
 }  // namespace tandem::gateway

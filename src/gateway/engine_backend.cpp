@@ -83,11 +83,21 @@ GenerationEvent EngineBackend::convert(const engine::EngineEvent& e) {
     default: {
       g.type = GenerationEvent::Type::error;
       switch (e.code) {
-        case StatusCode::invalid_argument: g.error = Status::invalid_argument(e.message); break;
-        case StatusCode::resource_exhausted: g.error = Status::resource_exhausted(e.message); break;
-        case StatusCode::cancelled: g.error = Status::cancelled(e.message); break;
-        case StatusCode::internal: g.error = Status::internal(e.message); break;
-        default: g.error = Status::unavailable(e.message); break;
+        case StatusCode::invalid_argument:
+          g.error = Status::invalid_argument(e.message);
+          break;
+        case StatusCode::resource_exhausted:
+          g.error = Status::resource_exhausted(e.message);
+          break;
+        case StatusCode::cancelled:
+          g.error = Status::cancelled(e.message);
+          break;
+        case StatusCode::internal:
+          g.error = Status::internal(e.message);
+          break;
+        default:
+          g.error = Status::unavailable(e.message);
+          break;
       }
     }
   }

@@ -32,7 +32,7 @@ class EngineBackend : public Backend {
  private:
   std::mutex mutex_;
   std::shared_ptr<engine::EngineClient> client_;  // guarded by mutex_
-  std::string reason_;  // guarded by mutex_
+  std::string reason_;                            // guarded by mutex_
 };
 
 }  // namespace tandem::gateway

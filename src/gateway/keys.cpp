@@ -56,8 +56,12 @@ class Stmt {
   ~Stmt() { sqlite3_finalize(s_); }
   bool ok() const { return rc_ == SQLITE_OK; }
   sqlite3_stmt* get() { return s_; }
-  void text(int i, const std::string& v) { sqlite3_bind_text(s_, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
-  void blob(int i, const std::string& v) { sqlite3_bind_blob(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
+  void text(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void blob(int i, const std::string& v) {
+    sqlite3_bind_blob(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
   void i64(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
   int step() { return sqlite3_step(s_); }
 
@@ -84,7 +88,8 @@ KeyRecord read_record(sqlite3_stmt* s) {
   return r;
 }
 
-constexpr const char* kColumns = "id, name, rpm, concurrency, created_at, revoked_at, requests, prompt_tokens, completion_tokens";
+constexpr const char* kColumns =
+    "id, name, rpm, concurrency, created_at, revoked_at, requests, prompt_tokens, completion_tokens";
 
 bool valid_name(const std::string& n) {
   if (n.empty() || n.size() > 64) return false;
@@ -104,7 +109,8 @@ Result<std::unique_ptr<KeyStore>> KeyStore::open(const std::string& path) {
     ::close(fd);
   }
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
+      SQLITE_OK) {
     std::string why = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
     return Status::invalid_argument("key database " + path + ": " + why);
@@ -123,8 +129,10 @@ Result<std::unique_ptr<KeyStore>> KeyStore::open(const std::string& path) {
 KeyStore::~KeyStore() { sqlite3_close(db_); }
 
 Result<NewKey> KeyStore::create(const std::string& name, KeyLimits limits) {
-  if (!valid_name(name)) return Status::invalid_argument("key name '" + name + "': use 1-64 letters, digits, '-', '_' or '.'");
-  if (limits.rpm < 0 || limits.concurrency < 0) return Status::invalid_argument("key limits must be 0 (unlimited) or positive");
+  if (!valid_name(name))
+    return Status::invalid_argument("key name '" + name + "': use 1-64 letters, digits, '-', '_' or '.'");
+  if (limits.rpm < 0 || limits.concurrency < 0)
+    return Status::invalid_argument("key limits must be 0 (unlimited) or positive");
   unsigned char raw[28];
   if (RAND_bytes(raw, sizeof raw) != 1) return Status::internal("no randomness available for a new key");
   NewKey k;
@@ -144,7 +152,8 @@ Result<NewKey> KeyStore::create(const std::string& name, KeyLimits limits) {
   s.i64(6, k.record.created_at);
   if (s.step() != SQLITE_DONE) {
     if (sqlite3_extended_errcode(db_) == SQLITE_CONSTRAINT_UNIQUE) {
-      return Status::invalid_argument("an active key named '" + name + "' exists already; revoke it or pick another name");
+      return Status::invalid_argument("an active key named '" + name +
+                                      "' exists already; revoke it or pick another name");
     }
     return db_error(db_, "insert");
   }
@@ -175,7 +184,8 @@ Status KeyStore::revoke(const std::string& name_or_id) {
 Result<KeyRecord> KeyStore::authenticate(const std::string& presented) {
   // tdm_ + 8 hex + _ + 48 hex
   if (presented.size() != 61 || presented.compare(0, 4, "tdm_") != 0 || presented[12] != '_') {
-    return Status::invalid_argument("malformed API key (expected tdm_<id>_<secret>, as printed by `tandem keys create`)");
+    return Status::invalid_argument(
+        "malformed API key (expected tdm_<id>_<secret>, as printed by `tandem keys create`)");
   }
   const std::string id = presented.substr(4, 8);
   const std::string want = sha256(presented);
@@ -192,7 +202,9 @@ Result<KeyRecord> KeyStore::authenticate(const std::string& presented) {
 
 Status KeyStore::record_usage(const std::string& id, uint64_t prompt_tokens, uint64_t completion_tokens) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Stmt s(db_, "UPDATE api_keys SET requests = requests + 1, prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ? WHERE id = ?");
+  Stmt s(db_,
+         "UPDATE api_keys SET requests = requests + 1, prompt_tokens = prompt_tokens + ?, completion_tokens = "
+         "completion_tokens + ? WHERE id = ?");
   if (!s.ok()) return db_error(db_, "usage");
   s.i64(1, static_cast<int64_t>(prompt_tokens));
   s.i64(2, static_cast<int64_t>(completion_tokens));

@@ -25,11 +25,11 @@ struct KeyLimits {
 };
 
 struct KeyRecord {
-  std::string id;       // the 8 hex digits after "tdm_": safe to log and show
+  std::string id;  // the 8 hex digits after "tdm_": safe to log and show
   std::string name;
   KeyLimits limits;
-  int64_t created_at = 0;   // unix seconds
-  int64_t revoked_at = 0;   // 0 while active
+  int64_t created_at = 0;  // unix seconds
+  int64_t revoked_at = 0;  // 0 while active
   uint64_t requests = 0;
   uint64_t prompt_tokens = 0;
   uint64_t completion_tokens = 0;

@@ -10,8 +10,9 @@ Admission Limiter::acquire(const std::string& key_id, const KeyLimits& limits, C
   const auto window = std::chrono::minutes(1);
   while (!s.recent.empty() && now - s.recent.front() >= window) s.recent.pop_front();
   if (limits.concurrency > 0 && s.in_flight >= limits.concurrency) {
-    return {false, 1, "this key already has " + std::to_string(s.in_flight) + " requests in flight (limit " +
-                          std::to_string(limits.concurrency) + ")"};
+    return {false, 1,
+            "this key already has " + std::to_string(s.in_flight) + " requests in flight (limit " +
+                std::to_string(limits.concurrency) + ")"};
   }
   if (limits.rpm > 0 && static_cast<int>(s.recent.size()) >= limits.rpm) {
     const auto wait = std::chrono::duration_cast<std::chrono::seconds>(s.recent.front() + window - now).count() + 1;

@@ -28,7 +28,8 @@ std::string Metrics::render(const std::string& state) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<p::Sample> requests;
   for (const auto& [k, v] : requests_) {
-    requests.push_back({"endpoint=\"" + p::label(k.first) + "\",code=\"" + std::to_string(k.second) + "\"", static_cast<double>(v)});
+    requests.push_back(
+        {"endpoint=\"" + p::label(k.first) + "\",code=\"" + std::to_string(k.second) + "\"", static_cast<double>(v)});
   }
   std::vector<p::Sample> states;
   for (const char* st : {"starting", "loading", "ready", "degraded", "recovering", "draining"}) {
@@ -39,13 +40,14 @@ std::string Metrics::render(const std::string& state) {
     for (const auto& [endpoint, h] : by_endpoint) out.emplace_back("endpoint=\"" + p::label(endpoint) + "\"", h);
     return out;
   };
-  return p::family("tandem_http_requests_total", "counter",
-                   "HTTP API requests by endpoint and status code (a stream cut by an error counts with the error's status).",
-                   requests) +
-         p::histogram_family("tandem_request_duration_seconds", "Time from request to last byte, by endpoint.", kLatency,
-                             series(latency_)) +
-         p::histogram_family("tandem_time_to_first_token_seconds", "Time from request to the first generated token, by endpoint.",
-                             kTtft, series(ttft_)) +
+  return p::family(
+             "tandem_http_requests_total", "counter",
+             "HTTP API requests by endpoint and status code (a stream cut by an error counts with the error's status).",
+             requests) +
+         p::histogram_family("tandem_request_duration_seconds", "Time from request to last byte, by endpoint.",
+                             kLatency, series(latency_)) +
+         p::histogram_family("tandem_time_to_first_token_seconds",
+                             "Time from request to the first generated token, by endpoint.", kTtft, series(ttft_)) +
          p::family("tandem_tokens_total", "counter", "Tokens processed, by kind.",
                    {{"kind=\"prompt\"", static_cast<double>(prompt_tokens_)},
                     {"kind=\"completion\"", static_cast<double>(completion_tokens_)}}) +

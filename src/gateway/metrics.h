@@ -29,9 +29,9 @@ class Metrics {
   using Histogram = prometheus::Histogram<10>;
   std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // guarded by mutex_
-  std::map<std::string, Histogram> latency_, ttft_;            // by endpoint; guarded by mutex_
-  uint64_t prompt_tokens_ = 0, completion_tokens_ = 0;         // guarded by mutex_
-  int in_flight_ = 0;                                          // guarded by mutex_
+  std::map<std::string, Histogram> latency_, ttft_;           // by endpoint; guarded by mutex_
+  uint64_t prompt_tokens_ = 0, completion_tokens_ = 0;        // guarded by mutex_
+  int in_flight_ = 0;                                         // guarded by mutex_
 };
 
 }  // namespace tandem::gateway

@@ -23,7 +23,8 @@ Status check_messages(const json& body) {
     if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool") {
       return field_error(at + ".role", "must be one of system, developer, user, assistant, tool; got '" + role + "'");
     }
-    if (m[i].contains("content") && !m[i]["content"].is_string() && !m[i]["content"].is_array() && !m[i]["content"].is_null()) {
+    if (m[i].contains("content") && !m[i]["content"].is_string() && !m[i]["content"].is_array() &&
+        !m[i]["content"].is_null()) {
       return field_error(at + ".content", "must be a string or an array of content parts");
     }
   }
@@ -35,7 +36,8 @@ Status check_prompt(const json& body) {
   const json& p = body["prompt"];
   auto ints = [](const json& a) {
     if (!a.is_array() || a.empty()) return false;
-    for (const json& t : a) if (!t.is_number_integer()) return false;
+    for (const json& t : a)
+      if (!t.is_number_integer()) return false;
     return true;
   };
   if (p.is_string() || ints(p)) return Status::ok();
@@ -61,9 +63,11 @@ Result<json> parse_request(const std::string& body, Endpoint endpoint, const std
   if (!j.contains("model") || j["model"].is_null()) j["model"] = model_id;
   if (!j["model"].is_string()) return field_error("model", "must be a string");
   if (j["model"] != model_id) {
-    return Status::not_found("model '" + j["model"].get<std::string>() + "' is not served here; this server serves '" + model_id + "'");
+    return Status::not_found("model '" + j["model"].get<std::string>() + "' is not served here; this server serves '" +
+                             model_id + "'");
   }
-  if (j.contains("stream") && !j["stream"].is_boolean() && !j["stream"].is_null()) return field_error("stream", "must be a boolean");
+  if (j.contains("stream") && !j["stream"].is_boolean() && !j["stream"].is_null())
+    return field_error("stream", "must be a boolean");
   if (j.contains("n") && !j["n"].is_null() && (!j["n"].is_number_integer() || j["n"] != 1)) {
     return field_error("n", "must be 1 (one choice per request)");
   }
@@ -80,13 +84,20 @@ Result<json> parse_request(const std::string& body, Endpoint endpoint, const std
 
 int http_status(const Status& s) {
   switch (s.code()) {
-    case StatusCode::ok: return 200;
-    case StatusCode::invalid_argument: return 400;
-    case StatusCode::not_found: return 404;
-    case StatusCode::resource_exhausted: return 429;
-    case StatusCode::unavailable: return 503;
-    case StatusCode::cancelled: return 499;
-    case StatusCode::internal: return 500;
+    case StatusCode::ok:
+      return 200;
+    case StatusCode::invalid_argument:
+      return 400;
+    case StatusCode::not_found:
+      return 404;
+    case StatusCode::resource_exhausted:
+      return 429;
+    case StatusCode::unavailable:
+      return 503;
+    case StatusCode::cancelled:
+      return 499;
+    case StatusCode::internal:
+      return 500;
   }
   return 500;
 }
@@ -110,13 +121,28 @@ std::string error_body(const Status& s, const std::string& param, Endpoint endpo
         where = s.message().substr(1, s.message().find('\'', 1) - 1);
       }
       break;
-    case StatusCode::not_found: type = "invalid_request_error"; code = "model_not_found"; break;
-    case StatusCode::resource_exhausted: type = "rate_limit_error"; code = "rate_limit_exceeded"; break;
-    case StatusCode::unavailable: type = "server_error"; code = "service_unavailable"; break;
-    case StatusCode::cancelled: type = "server_error"; code = "cancelled"; break;
-    default: break;
+    case StatusCode::not_found:
+      type = "invalid_request_error";
+      code = "model_not_found";
+      break;
+    case StatusCode::resource_exhausted:
+      type = "rate_limit_error";
+      code = "rate_limit_exceeded";
+      break;
+    case StatusCode::unavailable:
+      type = "server_error";
+      code = "service_unavailable";
+      break;
+    case StatusCode::cancelled:
+      type = "server_error";
+      code = "cancelled";
+      break;
+    default:
+      break;
   }
-  json e = {{"message", s.message()}, {"type", type}, {"param", where.empty() ? json(nullptr) : json(where)},
+  json e = {{"message", s.message()},
+            {"type", type},
+            {"param", where.empty() ? json(nullptr) : json(where)},
             {"code", code ? json(code) : json(nullptr)}};
   return dump_json(json{{"error", e}});
 }
@@ -125,7 +151,10 @@ namespace {
 
 // Completions' legacy logprobs shape from the chat shape's entries; offsets count from `offset`.
 json completion_logprobs(const json& entries, size_t offset) {
-  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
   for (const json& e : entries) {
     const std::string token = e.value("token", "");
     out["tokens"].push_back(token);
@@ -187,7 +216,8 @@ Result<json> OpenAiDialect::parse(const std::string& body, const std::string& mo
   if (!j.is_ok()) return j;
   stream_ = j->value("stream", json(false)).is_boolean() && j->value("stream", false);
   const json so = j->value("stream_options", json());
-  include_usage_ = so.is_object() && so.value("include_usage", json(false)).is_boolean() && so.value("include_usage", false);
+  include_usage_ =
+      so.is_object() && so.value("include_usage", json(false)).is_boolean() && so.value("include_usage", false);
   return j;
 }
 
@@ -196,7 +226,9 @@ std::string OpenAiDialect::unauthorized_body(const std::string& message) const {
   return dump_json(json{{"error", e}});
 }
 
-json OpenAiDialect::response(const CallInfo& call, const Accumulated& result) { return completion_response(call, endpoint_, result); }
+json OpenAiDialect::response(const CallInfo& call, const Accumulated& result) {
+  return completion_response(call, endpoint_, result);
+}
 
 std::string OpenAiDialect::stream_event(const CallInfo& call, const GenerationEvent& e, bool first) {
   const bool final = e.type == GenerationEvent::Type::done;
@@ -217,19 +249,28 @@ std::string OpenAiDialect::stream_event(const CallInfo& call, const GenerationEv
       for (const json& t : e.logprobs) text_offset_ += t.value("token", "").size();
     }
   }
-  json chunk = {{"id", call.id}, {"object", object_name(endpoint_, true)}, {"created", call.created}, {"model", call.model_id},
+  json chunk = {{"id", call.id},
+                {"object", object_name(endpoint_, true)},
+                {"created", call.created},
+                {"model", call.model_id},
                 {"choices", json::array({choice})}};
   std::string out = sse_data(chunk);
   if (final) {
     if (include_usage_) {
-      out += sse_data({{"id", call.id}, {"object", object_name(endpoint_, true)}, {"created", call.created}, {"model", call.model_id},
-                       {"choices", json::array()}, {"usage", usage_json(e.prompt_tokens, e.completion_tokens)}});
+      out += sse_data({{"id", call.id},
+                       {"object", object_name(endpoint_, true)},
+                       {"created", call.created},
+                       {"model", call.model_id},
+                       {"choices", json::array()},
+                       {"usage", usage_json(e.prompt_tokens, e.completion_tokens)}});
     }
     out += "data: [DONE]\n\n";
   }
   return out;
 }
 
-std::string OpenAiDialect::stream_error(const CallInfo&, const Status& error) { return "data: " + error_body(error) + "\n\n"; }
+std::string OpenAiDialect::stream_error(const CallInfo&, const Status& error) {
+  return "data: " + error_body(error) + "\n\n";
+}
 
 }  // namespace tandem::gateway::openai

@@ -33,9 +33,11 @@ std::string format_number(double v) {
   return buf;
 }
 
-std::string family(const std::string& name, const char* type, const std::string& help, const std::vector<Sample>& samples) {
+std::string family(const std::string& name, const char* type, const std::string& help,
+                   const std::vector<Sample>& samples) {
   std::string o = "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-  for (const Sample& s : samples) o += name + (s.labels.empty() ? "" : "{" + s.labels + "}") + " " + format_number(s.value) + "\n";
+  for (const Sample& s : samples)
+    o += name + (s.labels.empty() ? "" : "{" + s.labels + "}") + " " + format_number(s.value) + "\n";
   return o;
 }
 

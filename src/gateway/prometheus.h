@@ -20,7 +20,8 @@ struct Sample {
 };
 
 // One family: "# HELP", "# TYPE" and a line per sample. `type`: counter or gauge.
-std::string family(const std::string& name, const char* type, const std::string& help, const std::vector<Sample>& samples);
+std::string family(const std::string& name, const char* type, const std::string& help,
+                   const std::vector<Sample>& samples);
 
 // Cumulative buckets of one histogram series, with its sum and count.
 template <size_t N>
@@ -47,7 +48,8 @@ std::string histogram_family(const std::string& name, const std::string& help, c
   o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
   for (const auto& [labels, h] : series) {
     const std::string sep = labels.empty() ? "" : labels + ",";
-    for (size_t i = 0; i < N; ++i) o << name << "_bucket{" << sep << "le=\"" << format_number(bounds[i]) << "\"} " << h.counts[i] << "\n";
+    for (size_t i = 0; i < N; ++i)
+      o << name << "_bucket{" << sep << "le=\"" << format_number(bounds[i]) << "\"} " << h.counts[i] << "\n";
     o << name << "_bucket{" << sep << "le=\"+Inf\"} " << h.count << "\n";
     const std::string braces = labels.empty() ? "" : "{" + labels + "}";
     o << name << "_sum" << braces << " " << format_number(h.sum) << "\n";
@@ -55,6 +57,5 @@ std::string histogram_family(const std::string& name, const std::string& help, c
   }
   return o.str();
 }
-
 
 }  // namespace tandem::gateway::prometheus

@@ -12,11 +12,17 @@ namespace {
 
 using nlohmann::json;
 
-Status field_error(const std::string& field, const std::string& what) { return Status::invalid_argument(field + ": " + what); }
+Status field_error(const std::string& field, const std::string& what) {
+  return Status::invalid_argument(field + ": " + what);
+}
 
-const std::set<std::string> kKnown = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text",
-                                      "max_output_tokens", "reasoning", "temperature", "top_p", "stream", "store",
-                                      "previous_response_id"};
+const std::set<std::string> kKnown = {"model",        "input",
+                                      "instructions", "tools",
+                                      "tool_choice",  "parallel_tool_calls",
+                                      "text",         "max_output_tokens",
+                                      "reasoning",    "temperature",
+                                      "top_p",        "stream",
+                                      "store",        "previous_response_id"};
 
 // The text of a message's content: a string, or parts of type input_text / output_text / text.
 Result<std::string> content_text(const json& content, const std::string& where) {
@@ -56,9 +62,11 @@ Status convert_input(const json& input, json& messages) {
       if (!text.is_ok()) return text.status();
       messages.push_back({{"role", role == "developer" ? "system" : role}, {"content", text.value()}});
     } else if (type == "function_call") {
-      if (!it.contains("call_id") || !it["call_id"].is_string()) return field_error(at + ".call_id", "must be a string");
+      if (!it.contains("call_id") || !it["call_id"].is_string())
+        return field_error(at + ".call_id", "must be a string");
       if (!it.contains("name") || !it["name"].is_string()) return field_error(at + ".name", "must be a string");
-      json call = {{"id", it["call_id"]}, {"type", "function"},
+      json call = {{"id", it["call_id"]},
+                   {"type", "function"},
                    {"function", {{"name", it["name"]}, {"arguments", it.value("arguments", json("{}"))}}}};
       // Calls that follow an assistant message (or each other) belong to that one message.
       const bool join = !messages.empty() && messages.back()["role"] == "assistant";
@@ -69,7 +77,8 @@ Status convert_input(const json& input, json& messages) {
         messages.push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", json::array({call})}});
       }
     } else if (type == "function_call_output") {
-      if (!it.contains("call_id") || !it["call_id"].is_string()) return field_error(at + ".call_id", "must be a string");
+      if (!it.contains("call_id") || !it["call_id"].is_string())
+        return field_error(at + ".call_id", "must be a string");
       const json out = it.value("output", json(""));
       auto text = out.is_string() ? Result<std::string>(out.get<std::string>()) : content_text(out, at + ".output");
       if (!text.is_ok()) return text.status();
@@ -92,26 +101,31 @@ Status convert_tools(const json& body, json& out) {
     const std::string at = "tools[" + std::to_string(i) + "]";
     const std::string type = t.is_object() ? t.value("type", "") : "";
     if (type != "function") {
-      log::write(log::Level::debug, "serve", "responses: a tool of type '" + type + "' cannot run here and is left out of the prompt");
+      log::write(log::Level::debug, "serve",
+                 "responses: a tool of type '" + type + "' cannot run here and is left out of the prompt");
       continue;
     }
     if (!t.contains("name") || !t["name"].is_string()) return field_error(at + ".name", "must be a string");
-    json f = {{"name", t["name"]}, {"parameters", t.value("parameters", json{{"type", "object"}, {"properties", json::object()}})}};
+    json f = {{"name", t["name"]},
+              {"parameters", t.value("parameters", json{{"type", "object"}, {"properties", json::object()}})}};
     if (t.contains("description") && t["description"].is_string()) f["description"] = t["description"];
     converted.push_back({{"type", "function"}, {"function", f}});
   }
   if (converted.empty()) return Status::ok();
   out["tools"] = converted;
-  if (body.contains("parallel_tool_calls") && body["parallel_tool_calls"].is_boolean()) out["parallel_tool_calls"] = body["parallel_tool_calls"];
+  if (body.contains("parallel_tool_calls") && body["parallel_tool_calls"].is_boolean())
+    out["parallel_tool_calls"] = body["parallel_tool_calls"];
   const json choice = body.value("tool_choice", json());
   if (choice.is_string()) {
     const std::string c = choice;
-    if (c != "auto" && c != "none" && c != "required") return field_error("tool_choice", "must be auto, none, required or {type: function, name}");
+    if (c != "auto" && c != "none" && c != "required")
+      return field_error("tool_choice", "must be auto, none, required or {type: function, name}");
     out["tool_choice"] = c;
   } else if (choice.is_object() && choice.value("type", "") == "function") {
     const std::string name = choice.value("name", "");
     json only = json::array();
-    for (const json& t : converted) if (t["function"]["name"] == name) only.push_back(t);
+    for (const json& t : converted)
+      if (t["function"]["name"] == name) only.push_back(t);
     if (only.empty()) return field_error("tool_choice.name", "names no function tool in tools: '" + name + "'");
     out["tools"] = only;
     out["tool_choice"] = "required";
@@ -133,10 +147,13 @@ Status convert_options(const json& body, json& out) {
   if (format.is_object()) {
     const std::string type = format.value("type", "text");
     if (type == "json_schema") {
-      if (!format.contains("schema") || !format["schema"].is_object()) return field_error("text.format.schema", "must be a JSON schema object");
+      if (!format.contains("schema") || !format["schema"].is_object())
+        return field_error("text.format.schema", "must be a JSON schema object");
       out["response_format"] = {{"type", "json_schema"},
-                                {"json_schema", {{"name", format.value("name", "response")}, {"schema", format["schema"]},
-                                                 {"strict", format.value("strict", false)}}}};
+                                {"json_schema",
+                                 {{"name", format.value("name", "response")},
+                                  {"schema", format["schema"]},
+                                  {"strict", format.value("strict", false)}}}};
     } else if (type == "json_object") {
       out["response_format"] = {{"type", "json_object"}};
     } else if (type != "text") {
@@ -144,13 +161,17 @@ Status convert_options(const json& body, json& out) {
     }
   }
   const json reasoning = body.value("reasoning", json());
-  if (reasoning.is_object() && reasoning.contains("effort") && reasoning["effort"].is_string()) out["reasoning_effort"] = reasoning["effort"];
+  if (reasoning.is_object() && reasoning.contains("effort") && reasoning["effort"].is_string())
+    out["reasoning_effort"] = reasoning["effort"];
   return Status::ok();
 }
 
 json usage_of(uint64_t input, uint64_t output, uint64_t cached) {
-  return {{"input_tokens", input}, {"input_tokens_details", {{"cached_tokens", cached}}}, {"output_tokens", output},
-          {"output_tokens_details", {{"reasoning_tokens", 0}}}, {"total_tokens", input + output}};
+  return {{"input_tokens", input},
+          {"input_tokens_details", {{"cached_tokens", cached}}},
+          {"output_tokens", output},
+          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"total_tokens", input + output}};
 }
 
 bool wants_summary(const json& request) {
@@ -159,13 +180,16 @@ bool wants_summary(const json& request) {
 }
 
 json reasoning_item(const std::string& id, const std::string& text, bool summary, const std::string& status) {
-  json item = {{"type", "reasoning"}, {"id", id}, {"summary", json::array()}, {"content", json::array()}, {"status", status}};
+  json item = {
+      {"type", "reasoning"}, {"id", id}, {"summary", json::array()}, {"content", json::array()}, {"status", status}};
   if (!text.empty() || status == "completed") item["content"].push_back({{"type", "reasoning_text"}, {"text", text}});
   if (summary && !text.empty()) item["summary"].push_back({{"type", "summary_text"}, {"text", text}});
   return item;
 }
 
-json output_text_part(const std::string& text) { return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}, {"logprobs", json::array()}}; }
+json output_text_part(const std::string& text) {
+  return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}, {"logprobs", json::array()}};
+}
 
 }  // namespace
 
@@ -176,7 +200,8 @@ Result<json> to_openai(const json& body, const std::string& model_id) {
   } else if (!body["model"].is_string()) {
     return field_error("model", "must be a string");
   } else if (body["model"] != model_id) {
-    return Status::not_found("model '" + body["model"].get<std::string>() + "' is not served here; this server serves '" + model_id + "'");
+    return Status::not_found("model '" + body["model"].get<std::string>() +
+                             "' is not served here; this server serves '" + model_id + "'");
   } else {
     out["model"] = model_id;
   }
@@ -187,12 +212,14 @@ Result<json> to_openai(const json& body, const std::string& model_id) {
     if (!kKnown.count(key)) note_ignored("responses", key);
   }
   json messages = json::array();
-  if (body.contains("instructions") && body["instructions"].is_string() && !body["instructions"].get<std::string>().empty()) {
+  if (body.contains("instructions") && body["instructions"].is_string() &&
+      !body["instructions"].get<std::string>().empty()) {
     messages.push_back({{"role", "system"}, {"content", body["instructions"]}});
   }
   if (!body.contains("input")) return field_error("input", "is required");
   TANDEM_RETURN_IF_ERROR(convert_input(body["input"], messages));
-  const bool any_turn = std::any_of(messages.begin(), messages.end(), [](const json& m) { return m["role"] != "system"; });
+  const bool any_turn =
+      std::any_of(messages.begin(), messages.end(), [](const json& m) { return m["role"] != "system"; });
   if (!any_turn) return field_error("input", "holds no message to answer");
   out["messages"] = std::move(messages);
   TANDEM_RETURN_IF_ERROR(convert_tools(body, out));
@@ -234,8 +261,9 @@ json ResponsesDialect::envelope(const CallInfo& call, const std::string& status,
             {"output", std::move(output)},
             {"parallel_tool_calls", request_.value("parallel_tool_calls", true)},
             {"previous_response_id", nullptr},
-            {"reasoning", {{"effort", reasoning.is_object() ? reasoning.value("effort", json()) : json()},
-                           {"summary", reasoning.is_object() ? reasoning.value("summary", json()) : json()}}},
+            {"reasoning",
+             {{"effort", reasoning.is_object() ? reasoning.value("effort", json()) : json()},
+              {"summary", reasoning.is_object() ? reasoning.value("summary", json()) : json()}}},
             {"store", false},  // nothing is stored, whatever the request says
             {"temperature", request_.value("temperature", json(1.0))},
             {"text", request_.value("text", json{{"format", {{"type", "text"}}}})},
@@ -255,15 +283,23 @@ json ResponsesDialect::response(const CallInfo& call, const Accumulated& a) {
   json output = json::array();
   const bool incomplete = a.finish_reason == "length";
   const std::string item_status = incomplete ? "incomplete" : "completed";
-  if (!a.reasoning.empty()) output.push_back(reasoning_item("rs_" + call.id, a.reasoning, wants_summary(request_), "completed"));
+  if (!a.reasoning.empty())
+    output.push_back(reasoning_item("rs_" + call.id, a.reasoning, wants_summary(request_), "completed"));
   if (!a.text.empty() || a.tool_calls.empty()) {
-    output.push_back({{"type", "message"}, {"id", "msg_" + call.id}, {"status", item_status}, {"role", "assistant"},
+    output.push_back({{"type", "message"},
+                      {"id", "msg_" + call.id},
+                      {"status", item_status},
+                      {"role", "assistant"},
                       {"content", json::array({output_text_part(a.text)})}});
   }
   for (size_t i = 0; i < a.tool_calls.size(); ++i) {
     const json& t = a.tool_calls[i];
-    output.push_back({{"type", "function_call"}, {"id", "fc_" + call.id + "_" + std::to_string(i)}, {"call_id", t["id"]},
-                      {"name", t["function"]["name"]}, {"arguments", t["function"]["arguments"]}, {"status", "completed"}});
+    output.push_back({{"type", "function_call"},
+                      {"id", "fc_" + call.id + "_" + std::to_string(i)},
+                      {"call_id", t["id"]},
+                      {"name", t["function"]["name"]},
+                      {"arguments", t["function"]["arguments"]},
+                      {"status", "completed"}});
   }
   json r = envelope(call, incomplete ? "incomplete" : "completed", std::move(output));
   r["output_text"] = a.text;
@@ -292,11 +328,14 @@ std::string ResponsesDialect::open_item(Item kind, json item) {
   const json id = current_["id"];
   if (kind == Item::message) {
     current_["content"] = json::array({output_text_part("")});
-    out += event("response.content_part.added", {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", output_text_part("")}});
+    out += event("response.content_part.added",
+                 {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", output_text_part("")}});
   } else if (kind == Item::reasoning) {
     current_["content"] = json::array({{{"type", "reasoning_text"}, {"text", ""}}});
-    out += event("response.content_part.added",
-                 {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", {{"type", "reasoning_text"}, {"text", ""}}}});
+    out += event("response.content_part.added", {{"item_id", id},
+                                                 {"output_index", index},
+                                                 {"content_index", 0},
+                                                 {"part", {{"type", "reasoning_text"}, {"text", ""}}}});
   }
   return out;
 }
@@ -308,16 +347,24 @@ std::string ResponsesDialect::close_item() {
   const json id = current_["id"];
   if (item_ == Item::message) {
     const json part = current_["content"][0];
-    out += event("response.output_text.done", {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"text", part["text"]}, {"logprobs", json::array()}});
-    out += event("response.content_part.done", {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", part}});
+    out += event("response.output_text.done", {{"item_id", id},
+                                               {"output_index", index},
+                                               {"content_index", 0},
+                                               {"text", part["text"]},
+                                               {"logprobs", json::array()}});
+    out += event("response.content_part.done",
+                 {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", part}});
   } else if (item_ == Item::reasoning) {
     const json part = current_["content"][0];
-    out += event("response.reasoning_text.done", {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"text", part["text"]}});
-    out += event("response.content_part.done", {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", part}});
+    out += event("response.reasoning_text.done",
+                 {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"text", part["text"]}});
+    out += event("response.content_part.done",
+                 {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", part}});
     current_ = reasoning_item(id, part["text"], wants_summary(request_), "completed");
   } else {
-    out += event("response.function_call_arguments.done",
-                 {{"item_id", id}, {"output_index", index}, {"name", current_["name"]}, {"arguments", current_["arguments"]}});
+    out += event(
+        "response.function_call_arguments.done",
+        {{"item_id", id}, {"output_index", index}, {"name", current_["name"]}, {"arguments", current_["arguments"]}});
   }
   current_["status"] = "completed";
   out += event("response.output_item.done", {{"output_index", index}, {"item", current_}});
@@ -331,34 +378,47 @@ std::string ResponsesDialect::stream_event(const CallInfo& call, const Generatio
   std::string out;
   const int index = static_cast<int>(output_.size());
   if (!e.reasoning.empty()) {
-    if (item_ != Item::reasoning) out += open_item(Item::reasoning, reasoning_item("rs_" + call.id + "_" + std::to_string(index), "", false, "in_progress"));
+    if (item_ != Item::reasoning)
+      out += open_item(Item::reasoning,
+                       reasoning_item("rs_" + call.id + "_" + std::to_string(index), "", false, "in_progress"));
     current_["content"][0]["text"] = current_["content"][0]["text"].get<std::string>() + e.reasoning;
-    out += event("response.reasoning_text.delta",
-                 {{"item_id", current_["id"]}, {"output_index", output_.size()}, {"content_index", 0}, {"delta", e.reasoning}});
+    out += event(
+        "response.reasoning_text.delta",
+        {{"item_id", current_["id"]}, {"output_index", output_.size()}, {"content_index", 0}, {"delta", e.reasoning}});
   }
   if (!e.text.empty()) {
     if (item_ != Item::message) {
-      out += open_item(Item::message, {{"type", "message"}, {"id", "msg_" + call.id + "_" + std::to_string(output_.size())},
-                                       {"status", "in_progress"}, {"role", "assistant"}, {"content", json::array()}});
+      out += open_item(Item::message, {{"type", "message"},
+                                       {"id", "msg_" + call.id + "_" + std::to_string(output_.size())},
+                                       {"status", "in_progress"},
+                                       {"role", "assistant"},
+                                       {"content", json::array()}});
     }
     current_["content"][0]["text"] = current_["content"][0]["text"].get<std::string>() + e.text;
-    out += event("response.output_text.delta", {{"item_id", current_["id"]}, {"output_index", output_.size()}, {"content_index", 0},
-                                                {"delta", e.text}, {"logprobs", json::array()}});
+    out += event("response.output_text.delta", {{"item_id", current_["id"]},
+                                                {"output_index", output_.size()},
+                                                {"content_index", 0},
+                                                {"delta", e.text},
+                                                {"logprobs", json::array()}});
   }
   if (e.tool_calls.is_array()) {
     for (const json& t : e.tool_calls) {
       const int ti = t.value("index", 0);
       const json f = t.value("function", json::object());
       if (item_ != Item::function_call || ti != tool_index_) {
-        out += open_item(Item::function_call, {{"type", "function_call"}, {"id", "fc_" + call.id + "_" + std::to_string(output_.size())},
-                                               {"call_id", t.value("id", "")}, {"name", f.value("name", "")}, {"arguments", ""},
+        out += open_item(Item::function_call, {{"type", "function_call"},
+                                               {"id", "fc_" + call.id + "_" + std::to_string(output_.size())},
+                                               {"call_id", t.value("id", "")},
+                                               {"name", f.value("name", "")},
+                                               {"arguments", ""},
                                                {"status", "in_progress"}});
         tool_index_ = ti;
       }
       const std::string args = f.value("arguments", "");
       if (args.empty()) continue;
       current_["arguments"] = current_["arguments"].get<std::string>() + args;
-      out += event("response.function_call_arguments.delta", {{"item_id", current_["id"]}, {"output_index", output_.size()}, {"delta", args}});
+      out += event("response.function_call_arguments.delta",
+                   {{"item_id", current_["id"]}, {"output_index", output_.size()}, {"delta", args}});
     }
   }
   if (e.type == GenerationEvent::Type::done) {

@@ -56,7 +56,7 @@ class ResponsesDialect : public Dialect {
   // The stream's place.
   int sequence_ = 0;
   Item item_ = Item::none;
-  nlohmann::json current_;  // the open output item, as it grows
+  nlohmann::json current_;                           // the open output item, as it grows
   nlohmann::json output_ = nlohmann::json::array();  // the closed ones
   int tool_index_ = -1;
 };

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <cstdio>
 #include <ctime>
+#include <mutex>
 #include <thread>
 
 #include "cluster/live_nodes.h"
@@ -62,7 +62,8 @@ namespace {
 class StartupTracker {
  public:
   explicit StartupTracker(const config::Config& c) {
-    for (const auto& w : c.workers) workers_.push_back({{"name", w.name}, {"address", w.address}, {"state", "waiting"}, {"last_error", ""}});
+    for (const auto& w : c.workers)
+      workers_.push_back({{"name", w.name}, {"address", w.address}, {"state", "waiting"}, {"last_error", ""}});
   }
   void set_phase(const std::string& phase) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -92,7 +93,7 @@ class StartupTracker {
 
  private:
   mutable std::mutex mutex_;
-  std::string phase_ = "starting";  // guarded by mutex_
+  std::string phase_ = "starting";                    // guarded by mutex_
   nlohmann::json workers_ = nlohmann::json::array();  // guarded by mutex_
 };
 
@@ -105,7 +106,8 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   auto info = plan::read_model_info(c.model.path);
   if (!info.is_ok()) return info.status();
   if (info->header_only) {
-    return Status::invalid_argument(c.model.path + ": a header-only model (written by `tandem synth --header-only`) has a tensor "
+    return Status::invalid_argument(c.model.path +
+                                    ": a header-only model (written by `tandem synth --header-only`) has a tensor "
                                     "table but no weights: it can be planned (`tandem plan`), not served");
   }
   auto options = plan::plan_options_from_config(c);
@@ -117,20 +119,24 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   if (c.server.insecure_no_auth) {
     log("WARNING: --insecure-no-auth: the API answers anyone who can reach " + c.server.listen + ", without a key");
   } else {
-    if (c.server.keys_db.empty()) return Status::invalid_argument("no key database: set [server] keys_db or pass --keys-db (or --insecure-no-auth)");
+    if (c.server.keys_db.empty())
+      return Status::invalid_argument(
+          "no key database: set [server] keys_db or pass --keys-db (or --insecure-no-auth)");
     auto k = KeyStore::open(c.server.keys_db);
     if (!k.is_ok()) return Status::invalid_argument(k.status().message());
     keys = std::move(k.value());
   }
   std::optional<link::Secret> secret;
   if (!c.workers.empty()) {
-    if (c.cluster.secret_file.empty()) return Status::invalid_argument("workers need [cluster] secret_file (or --secret-file)");
+    if (c.cluster.secret_file.empty())
+      return Status::invalid_argument("workers need [cluster] secret_file (or --secret-file)");
     auto s = link::load_secret(c.cluster.secret_file);
     if (!s.is_ok()) return Status::invalid_argument(s.status().message());
     secret = s.value();
   }
   if (listen->host != "127.0.0.1" && listen->host != "localhost" && listen->host != "::1") {
-    log("listening beyond loopback on " + c.server.listen + (c.server.insecure_no_auth ? " WITHOUT authentication" : " (API keys required)"));
+    log("listening beyond loopback on " + c.server.listen +
+        (c.server.insecure_no_auth ? " WITHOUT authentication" : " (API keys required)"));
   }
 
   // /health answers from the first moment; generation waits for the supervisor.
@@ -162,7 +168,8 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
     }
     Result<std::vector<Token>> tokenize(const std::string& text, bool add_special) override {
       Backend* b = target->load();
-      return b ? b->tokenize(text, add_special) : Result<std::vector<Token>>(Status::unavailable("the cluster is starting"));
+      return b ? b->tokenize(text, add_special)
+               : Result<std::vector<Token>>(Status::unavailable("the cluster is starting"));
     }
     Result<std::string> detokenize(const std::vector<int32_t>& tokens) override {
       Backend* b = target->load();
@@ -178,8 +185,11 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   TANDEM_RETURN_IF_ERROR(api.start());
   {
     // Until the plan exists the status page shows the configured nodes.
-    nlohmann::json names = nlohmann::json::array({{{"name", c.cluster.head_name}, {"role", "head"}, {"devices", nlohmann::json::array()}}});
-    for (const auto& w : c.workers) names.push_back({{"name", w.name}, {"role", "worker"}, {"address", w.address}, {"devices", nlohmann::json::array()}});
+    nlohmann::json names = nlohmann::json::array(
+        {{{"name", c.cluster.head_name}, {"role", "head"}, {"devices", nlohmann::json::array()}}});
+    for (const auto& w : c.workers)
+      names.push_back(
+          {{"name", w.name}, {"role", "worker"}, {"address", w.address}, {"devices", nlohmann::json::array()}});
     api.set_status_info({{"nodes", names}, {"n_layer", info->n_layer}});
   }
   log("API on http://" + c.server.listen + " serving model '" + ao.model_id + "'");
@@ -187,7 +197,8 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   std::vector<plan::NodeSpec> nodes{cluster::head_node(c)};
   startup.set_phase("asking the workers");
   if (!c.workers.empty()) {
-    auto w = cluster::query_workers(c, *secret, &stop, [&startup](const std::string& name, const Status& s) { startup.attempt(name, s); });
+    auto w = cluster::query_workers(c, *secret, &stop,
+                                    [&startup](const std::string& name, const Status& s) { startup.attempt(name, s); });
     // A stop while waiting for a worker is a clean end, not a failure.
     if (!w.is_ok() && stop) return Status::ok();
     if (!w.is_ok()) return w.status();
@@ -271,9 +282,11 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   // Drain: refuse new work, let what runs finish for a while, then end the rest.
   sd_notify(0, "STOPPING=1\nSTATUS=draining");
   api.stop_accepting();
-  log("draining: " + std::to_string(api.in_flight()) + " request(s) in flight, up to " + std::to_string(c.server.drain_timeout_s) + " s");
+  log("draining: " + std::to_string(api.in_flight()) + " request(s) in flight, up to " +
+      std::to_string(c.server.drain_timeout_s) + " s");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(c.server.drain_timeout_s);
-  while (api.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (api.in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   if (api.in_flight() > 0) log("drain deadline reached: ending " + std::to_string(api.in_flight()) + " request(s)");
   supervisor->stop();
   backend = nullptr;

@@ -14,8 +14,8 @@
 namespace tandem::gateway {
 
 struct ServeOptions {
-  config::Config config;             // the file's settings with command-line overrides applied
-  std::string engine_program;        // "" = tandem-engine beside this program
+  config::Config config;       // the file's settings with command-line overrides applied
+  std::string engine_program;  // "" = tandem-engine beside this program
 };
 
 // The flags serve passes on to tandem-engine, the data path's switches (datapath/switches.h),

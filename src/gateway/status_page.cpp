@@ -18,8 +18,12 @@ json status_info_from_plan(const plan::Plan& p, const std::vector<plan::NodeSpec
   for (size_t i = 0; i < nodes.size(); ++i) {
     const auto it = range.find(nodes[i].name);
     const int first = it == range.end() ? 0 : it->second.first, layers = it == range.end() ? 0 : it->second.second;
-    json node = {{"name", nodes[i].name}, {"role", i == 0 ? "head" : "worker"}, {"address", nodes[i].address},
-                 {"first_layer", first}, {"layers", layers}, {"devices", json::array()}};
+    json node = {{"name", nodes[i].name},
+                 {"role", i == 0 ? "head" : "worker"},
+                 {"address", nodes[i].address},
+                 {"first_layer", first},
+                 {"layers", layers},
+                 {"devices", json::array()}};
     for (const auto& d : p.devices) {
       if (d.node != nodes[i].name) continue;
       node["devices"].push_back({{"name", d.device},
@@ -33,7 +37,8 @@ json status_info_from_plan(const plan::Plan& p, const std::vector<plan::NodeSpec
   return out;
 }
 
-json status_snapshot(const HealthReport& h, const json& info, const std::string& state, int in_flight, const std::string& model_id) {
+json status_snapshot(const HealthReport& h, const json& info, const std::string& state, int in_flight,
+                     const std::string& model_id) {
   const json& d = h.detail;
   json out = {{"state", state},
               {"model", model_id},

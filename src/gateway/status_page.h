@@ -25,6 +25,7 @@ nlohmann::json status_snapshot(const HealthReport& health, const nlohmann::json&
 // The plan as the status page shows it: {"tokens_per_s": estimate, "n_layer": N, "nodes": [{name,
 // role, address, layers, devices: [{name, kind, first_layer, n_layers, need_bytes, free_bytes,
 // margin_bytes}]}]}, head first. Memory is as the plan saw it at start.
-nlohmann::json status_info_from_plan(const plan::Plan& plan, const std::vector<plan::NodeSpec>& nodes, uint32_t n_layer);
+nlohmann::json status_info_from_plan(const plan::Plan& plan, const std::vector<plan::NodeSpec>& nodes,
+                                     uint32_t n_layer);
 
 }  // namespace tandem::gateway

@@ -2,8 +2,8 @@
 
 #include <linux/close_range.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,11 +50,13 @@ Status Supervisor::start() {
   std::string dir = options_.runtime_dir;
   if (dir.empty()) {
     char tmpl[] = "/tmp/tandem-serve-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) return Status::internal(std::string("cannot create a runtime folder: ") + std::strerror(errno));
+    if (::mkdtemp(tmpl) == nullptr)
+      return Status::internal(std::string("cannot create a runtime folder: ") + std::strerror(errno));
     dir = tmpl;
   }
   socket_path_ = dir + "/engine.sock";
-  if (!options_.workers.empty() && !options_.secret) return Status::invalid_argument("workers need a cluster secret (--secret-file)");
+  if (!options_.workers.empty() && !options_.secret)
+    return Status::invalid_argument("workers need a cluster secret (--secret-file)");
   for (const WorkerLink& w : options_.workers) {
     link::ForwarderOptions fo;
     fo.worker = w.address;
@@ -147,7 +149,8 @@ void Supervisor::tick() {
         if (forwarders_[i]->state() == link::LinkState::up) continue;
         const auto st = forwarders_[i]->stats();
         lost += (lost.empty() ? "" : "; ") + std::string("worker ") + options_.workers[i].name + " (" +
-                options_.workers[i].address.to_string() + ") lost" + (st.last_error.empty() ? "" : ": " + st.last_error);
+                options_.workers[i].address.to_string() + ") lost" +
+                (st.last_error.empty() ? "" : ": " + st.last_error);
       }
       kill_engine(lost);
     }
@@ -213,9 +216,9 @@ bool Supervisor::workers_free() {
     // With no engine running we hold no session: a head the worker names is another one, or,
     // under our own name, one on another machine (the worker replaces only our own stale one).
     if (!head.is_object() || head.value("name", "") == options_.head_name) continue;
-    refused[w.name] = "worker " + w.name + " (" + w.address.to_string() + ") serves another head, '" + head.value("name", "?") +
-                      "' (" + head.value("address", "?") + ") since " + head.value("since", "?") +
-                      "; a worker serves one head at a time: waiting until it is free";
+    refused[w.name] = "worker " + w.name + " (" + w.address.to_string() + ") serves another head, '" +
+                      head.value("name", "?") + "' (" + head.value("address", "?") + ") since " +
+                      head.value("since", "?") + "; a worker serves one head at a time: waiting until it is free";
   }
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [name, why] : refused) {
@@ -264,9 +267,18 @@ std::vector<std::string> Supervisor::cache_listing_args() {
 }
 
 void Supervisor::spawn_engine() {
-  std::vector<std::string> args = {options_.engine_program, "engine", "--socket", socket_path_, "-m", options_.model,
-                                   "-c", std::to_string(options_.context), "--parallel", std::to_string(options_.parallel),
-                                   "--cpu-layers", std::to_string(options_.cpu_layers)};
+  std::vector<std::string> args = {options_.engine_program,
+                                   "engine",
+                                   "--socket",
+                                   socket_path_,
+                                   "-m",
+                                   options_.model,
+                                   "-c",
+                                   std::to_string(options_.context),
+                                   "--parallel",
+                                   std::to_string(options_.parallel),
+                                   "--cpu-layers",
+                                   std::to_string(options_.cpu_layers)};
   std::string rpc;
   for (auto& f : forwarders_) rpc += (rpc.empty() ? "" : ",") + std::string("127.0.0.1:") + std::to_string(f->port());
   if (!rpc.empty()) args.insert(args.end(), {"--rpc", rpc});
@@ -308,7 +320,7 @@ void Supervisor::spawn_engine() {
       ::dup2(out_pipe[1], STDOUT_FILENO);
       ::dup2(out_pipe[1], STDERR_FILENO);
     }
-    ::close_range(3, ~0U, 0);            // no inherited client or worker sockets
+    ::close_range(3, ~0U, 0);  // no inherited client or worker sockets
     ::execve(argv[0], argv.data(), envp.data());
     static const char msg[] = "tandem serve: cannot run tandem-engine\n";
     [[maybe_unused]] ssize_t n = ::write(2, msg, sizeof msg - 1);
@@ -431,11 +443,13 @@ void Supervisor::start_canary() {
     std::lock_guard<std::mutex> lock(mutex_);
     id = "canary-" + std::to_string(++canary_seq_);
   }
-  const nlohmann::json body = {{"model", options_.model_id}, {"prompt", "Hello"}, {"max_tokens", 1}, {"temperature", 0}};
+  const nlohmann::json body = {
+      {"model", options_.model_id}, {"prompt", "Hello"}, {"max_tokens", 1}, {"temperature", 0}};
   Status s = client ? client->submit(id, engine::RequestKind::completion, body.dump(),
                                      [done](const engine::EngineEvent& e) {
                                        if (e.type == engine::EngineEvent::Type::done) done->set_value("");
-                                       if (e.type == engine::EngineEvent::Type::error) done->set_value(e.message.empty() ? "error" : e.message);
+                                       if (e.type == engine::EngineEvent::Type::error)
+                                         done->set_value(e.message.empty() ? "error" : e.message);
                                      })
                     : Status::unavailable("the engine is not connected");
   std::string failure;
@@ -463,8 +477,10 @@ void Supervisor::start_canary() {
     }
   }
   if (!stale) {
-    if (failure.empty()) set_state("ready", "a one-token generation went through the whole split");
-    else set_state("degraded", "canary generation failed: " + failure);
+    if (failure.empty())
+      set_state("ready", "a one-token generation went through the whole split");
+    else
+      set_state("degraded", "canary generation failed: " + failure);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   canary_running_ = false;
@@ -515,22 +531,25 @@ HealthReport Supervisor::health() {
   h.accepting = state_ == "ready";
   h.retry_after_s = state_ == "degraded" ? 10 : 5;
   const engine::LoadProgress& l = engine_status_.load;
-  nlohmann::json load = {{"fraction", l.fraction}, {"bytes", l.bytes}, {"total_bytes", l.total_bytes}, {"rate", l.rate}};
+  nlohmann::json load = {
+      {"fraction", l.fraction}, {"bytes", l.bytes}, {"total_bytes", l.total_bytes}, {"rate", l.rate}};
   if (l.rate > 0 && l.total_bytes >= l.bytes) load["eta_s"] = static_cast<double>(l.total_bytes - l.bytes) / l.rate;
   h.detail = {{"model", options_.model_id},
-              {"engine", {{"state", engine_pid_ > 0 ? engine_status_.state : std::string("stopped")},
-                          {"pid", engine_pid_},
-                          {"restarts", restarts_},
-                          {"slots_busy", engine_status_.slots_busy},
-                          {"slots_total", engine_status_.slots_total},
-                          {"waiting", engine_status_.waiting},
-                          {"tokens_per_s", engine_status_.tokens_per_s}}},
+              {"engine",
+               {{"state", engine_pid_ > 0 ? engine_status_.state : std::string("stopped")},
+                {"pid", engine_pid_},
+                {"restarts", restarts_},
+                {"slots_busy", engine_status_.slots_busy},
+                {"slots_total", engine_status_.slots_total},
+                {"waiting", engine_status_.waiting},
+                {"tokens_per_s", engine_status_.tokens_per_s}}},
               {"load", load},
               {"nodes", nodes},
               {"last_error", last_error_}};
   const bool running = engine_pid_ > 0;
   h.extra_metrics =
-      prometheus::family("tandem_link_bytes_total", "counter", "RPC bytes through each worker's link, by direction.", link_bytes) +
+      prometheus::family("tandem_link_bytes_total", "counter", "RPC bytes through each worker's link, by direction.",
+                         link_bytes) +
       prometheus::family("tandem_node_up", "gauge", "1 while the worker's heartbeat answers.", node_up) +
       prometheus::family("tandem_engine_restarts_total", "counter", "Engine restarts since the gateway started.",
                          {{"", static_cast<double>(restarts_)}}) +
@@ -540,7 +559,8 @@ HealthReport Supervisor::health() {
                          {{"", running ? static_cast<double>(engine_status_.slots_total) : 0.0}}) +
       prometheus::family("tandem_queue_depth", "gauge", "Requests the engine holds waiting for a free slot.",
                          {{"", running ? static_cast<double>(engine_status_.waiting) : 0.0}}) +
-      prometheus::family("tandem_engine_tokens_per_second", "gauge", "Tokens generated per second over the last few seconds.",
+      prometheus::family("tandem_engine_tokens_per_second", "gauge",
+                         "Tokens generated per second over the last few seconds.",
                          {{"", running ? engine_status_.tokens_per_s : 0.0}});
   return h;
 }

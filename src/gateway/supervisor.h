@@ -15,8 +15,8 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,27 +35,27 @@ struct WorkerLink {
 };
 
 struct SupervisorOptions {
-  std::string engine_program;            // path of tandem-engine
-  std::string model;                     // GGUF path
-  std::string model_id;                  // the name clients use
-  std::vector<WorkerLink> workers;       // in layer order
-  std::optional<link::Secret> secret;    // required when there are workers
+  std::string engine_program;          // path of tandem-engine
+  std::string model;                   // GGUF path
+  std::string model_id;                // the name clients use
+  std::vector<WorkerLink> workers;     // in layer order
+  std::optional<link::Secret> secret;  // required when there are workers
   std::string head_name = "head";
-  int cpu_layers = 0;                    // the plan's split (see engine::Placement)
+  int cpu_layers = 0;  // the plan's split (see engine::Placement)
   std::vector<int> device_layers;
-  bool workers_first = false;            // RPC devices before the head's GPUs
-  int context = 4096;                    // per slot
+  bool workers_first = false;  // RPC devices before the head's GPUs
+  int context = 4096;          // per slot
   int parallel = 1;
   int threads = 0;
   bool cuda_graphs = true;
-  bool backtraces = false;               // let ggml print gdb backtraces when the engine aborts
+  bool backtraces = false;                // let ggml print gdb backtraces when the engine aborts
   std::vector<std::string> engine_flags;  // appended to the engine's command line as they are
-  std::string runtime_dir;               // for the engine's socket; "" = a fresh folder in /tmp
+  std::string runtime_dir;                // for the engine's socket; "" = a fresh folder in /tmp
   std::chrono::seconds canary_interval{30};
   std::chrono::seconds canary_timeout{60};
   std::chrono::milliseconds heartbeat_deadline{5000};
   std::function<void(const std::string&)> log;  // one line per event; may be empty
-  bool progress_tty = false;             // draw the load progress as a bar (else log lines)
+  bool progress_tty = false;                    // draw the load progress as a bar (else log lines)
 };
 
 class Supervisor {

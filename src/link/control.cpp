@@ -54,7 +54,8 @@ Result<nlohmann::json> control_request(const Endpoint& worker, const Secret& sec
   auto peer = client_handshake(fd->get(), secret, Role::control, options, ctx);
   if (!peer.is_ok()) return peer.status();
   const std::string named = "worker " + peer->name + " (" + worker.to_string() + ")";
-  TANDEM_RETURN_IF_ERROR(write_json(fd->get(), {{"id", 1}, {"op", op}}, deadline_in(options.step_timeout)).with_context(named));
+  TANDEM_RETURN_IF_ERROR(
+      write_json(fd->get(), {{"id", 1}, {"op", op}}, deadline_in(options.step_timeout)).with_context(named));
   LineReader reader(fd->get());
   for (;;) {
     auto r = reader.read_json(deadline_in(options.step_timeout));

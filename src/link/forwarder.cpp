@@ -31,21 +31,27 @@ bool record_pong(const nlohmann::json& j, Clock::time_point now, std::map<uint64
 
 const char* link_state_name(LinkState s) {
   switch (s) {
-    case LinkState::connecting: return "connecting";
-    case LinkState::up: return "up";
-    case LinkState::lost: return "lost";
-    case LinkState::stopped: return "stopped";
+    case LinkState::connecting:
+      return "connecting";
+    case LinkState::up:
+      return "up";
+    case LinkState::lost:
+      return "lost";
+    case LinkState::stopped:
+      return "stopped";
   }
   return "?";
 }
 
-Forwarder::Forwarder(ForwarderOptions options, Secret secret) : options_(std::move(options)), secret_(std::move(secret)) {}
+Forwarder::Forwarder(ForwarderOptions options, Secret secret)
+    : options_(std::move(options)), secret_(std::move(secret)) {}
 
 Forwarder::~Forwarder() { stop(); }
 
 std::string Forwarder::context() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return "worker " + (worker_name_.empty() ? std::string() : worker_name_ + " ") + "(" + options_.worker.to_string() + ")";
+  return "worker " + (worker_name_.empty() ? std::string() : worker_name_ + " ") + "(" + options_.worker.to_string() +
+         ")";
 }
 
 void Forwarder::log(const std::string& line) const {
@@ -249,13 +255,15 @@ Status Forwarder::heartbeat_session() {
   while (!stopping_) {
     const auto now = Clock::now();
     if (now - last_seen > options_.heartbeat_deadline) {
-      return Status::unavailable(context() + ": no heartbeat for " + std::to_string(options_.heartbeat_deadline.count()) + " ms");
+      return Status::unavailable(context() + ": no heartbeat for " +
+                                 std::to_string(options_.heartbeat_deadline.count()) + " ms");
     }
     if (now >= next_ping) {
       in_flight[next_id] = now;
       // A stalled worker stops reading too; the write deadline keeps us from blocking on it.
-      TANDEM_RETURN_IF_ERROR(write_json(fd.get(), {{"id", next_id++}, {"op", "ping"}}, last_seen + options_.heartbeat_deadline)
-                                 .with_context(context()));
+      TANDEM_RETURN_IF_ERROR(
+          write_json(fd.get(), {{"id", next_id++}, {"op", "ping"}}, last_seen + options_.heartbeat_deadline)
+              .with_context(context()));
       next_ping = now + options_.heartbeat_interval;
     }
     const Deadline until = std::min(next_ping, last_seen + options_.heartbeat_deadline);
@@ -269,7 +277,8 @@ Status Forwarder::heartbeat_session() {
     auto line = reader.read_json(deadline_in(options_.heartbeat_deadline));
     if (!line.is_ok()) return line.status().with_context(context());
     last_seen = Clock::now();
-    if (!record_pong(line.value(), last_seen, in_flight, heartbeat_rtt_)) log("event from " + context() + ": " + line->dump());
+    if (!record_pong(line.value(), last_seen, in_flight, heartbeat_rtt_))
+      log("event from " + context() + ": " + line->dump());
   }
   return Status::cancelled("stopped");
 }

@@ -79,7 +79,7 @@ class Forwarder {
   void accept_loop();
   void serve_local(int local_fd);
   void heartbeat_loop();
-  Status heartbeat_session();  // one control connection, until it fails or stop()
+  Status heartbeat_session();         // one control connection, until it fails or stop()
   Result<Fd> dial_worker(Role role);  // connect + handshake, with the step deadlines
   void set_state(LinkState s, const std::string& why);
   void cut_sessions();

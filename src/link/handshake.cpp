@@ -9,7 +9,7 @@ namespace {
 
 struct Frame {
   MsgType type;
-  std::vector<uint8_t> raw;   // header + body, as received (the MACs cover these bytes)
+  std::vector<uint8_t> raw;  // header + body, as received (the MACs cover these bytes)
   std::vector<uint8_t> body;
 };
 
@@ -62,7 +62,8 @@ std::string short_commit(const std::string& c) { return c.empty() ? "(none)" : c
 Result<Verdict> read_verdict(int fd, std::chrono::milliseconds step) {
   auto f = read_frame(fd, step, "the verdict");
   if (!f.is_ok()) return f.status();
-  if (f->type != MsgType::verdict) return Status::invalid_argument("expected VERDICT, got message type " + std::to_string(int(f->type)));
+  if (f->type != MsgType::verdict)
+    return Status::invalid_argument("expected VERDICT, got message type " + std::to_string(int(f->type)));
   return parse_verdict(f->body);
 }
 
@@ -123,7 +124,8 @@ Result<PeerInfo> server_handshake(int fd, const Secret& secret, const HandshakeO
   peer.address = peer_address(fd);
   auto f = read_frame(fd, step, "HELLO", true);
   if (!f.is_ok()) return f.status();
-  if (f->type != MsgType::hello) return Status::invalid_argument("expected HELLO, got message type " + std::to_string(int(f->type)));
+  if (f->type != MsgType::hello)
+    return Status::invalid_argument("expected HELLO, got message type " + std::to_string(int(f->type)));
   auto hello = parse_hello(f->body);
   if (!hello.is_ok()) {
     send_verdict(fd, VerdictCode::bad_request, hello.status().message(), step);
@@ -134,8 +136,8 @@ Result<PeerInfo> server_handshake(int fd, const Secret& secret, const HandshakeO
   peer.role = hello->role;
   peer.role_known = hello->version == kProtocolVersion;
   if (hello->version != kProtocolVersion) {
-    const std::string why = "link protocol mismatch: '" + o.name + "' speaks version " + std::to_string(kProtocolVersion) +
-                            ", the peer version " + std::to_string(hello->version);
+    const std::string why = "link protocol mismatch: '" + o.name + "' speaks version " +
+                            std::to_string(kProtocolVersion) + ", the peer version " + std::to_string(hello->version);
     send_verdict(fd, VerdictCode::version_mismatch, why, step);
     return Status::invalid_argument(why);
   }
@@ -154,13 +156,15 @@ Result<PeerInfo> server_handshake(int fd, const Secret& secret, const HandshakeO
   ch.name = o.name;
   ch.mac.assign(kMacSize, 0);
   std::vector<uint8_t> frame = encode_challenge(ch);
-  const std::vector<uint8_t> mac = server_mac(secret, f->raw, std::vector<uint8_t>(frame.begin(), frame.end() - kMacSize));
+  const std::vector<uint8_t> mac =
+      server_mac(secret, f->raw, std::vector<uint8_t>(frame.begin(), frame.end() - kMacSize));
   std::copy(mac.begin(), mac.end(), frame.end() - kMacSize);
   TANDEM_RETURN_IF_ERROR(send_frame(fd, frame, step, "CHALLENGE"));
 
   auto pf = read_frame(fd, step, "PROOF");
   if (!pf.is_ok()) return pf.status();
-  if (pf->type != MsgType::proof) return Status::invalid_argument("expected PROOF, got message type " + std::to_string(int(pf->type)));
+  if (pf->type != MsgType::proof)
+    return Status::invalid_argument("expected PROOF, got message type " + std::to_string(int(pf->type)));
   auto proof = parse_proof(pf->body);
   if (!proof.is_ok()) return proof.status();
   if (!constant_time_equal(proof.value(), client_mac(secret, f->raw, frame))) {

@@ -14,7 +14,8 @@ constexpr char kRunsMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'r', 'u', 'n
 
 // The header's run count, when `data` starts with a header whose runs fill the rest exactly.
 std::optional<uint32_t> runs_of(const uint8_t* p, size_t n) {
-  if (n < kWordRunsHeader || std::memcmp(p, kRunsMagic, sizeof kRunsMagic) != 0 || get_le(p + 28, 4) != 0) return std::nullopt;
+  if (n < kWordRunsHeader || std::memcmp(p, kRunsMagic, sizeof kRunsMagic) != 0 || get_le(p + 28, 4) != 0)
+    return std::nullopt;
   const uint64_t runs = get_le(p + 24, 4);
   if ((n - kWordRunsHeader) % 8 != 0 || (n - kWordRunsHeader) / 8 != runs) return std::nullopt;
   return static_cast<uint32_t>(runs);
@@ -48,7 +49,8 @@ std::array<uint8_t, kReuseMarkerSize> encode_reuse_marker(const ReuseMarker& m) 
 
 std::optional<ReuseMarker> parse_reuse_marker(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
-  if (n != kReuseMarkerSize || std::memcmp(p, kReuseMagic, sizeof kReuseMagic) != 0 || get_le(p + 44, 4) != 0) return std::nullopt;
+  if (n != kReuseMarkerSize || std::memcmp(p, kReuseMagic, sizeof kReuseMagic) != 0 || get_le(p + 44, 4) != 0)
+    return std::nullopt;
   ReuseMarker m;
   const uint64_t op = get_le(p + 16, 4);
   if (op != static_cast<uint32_t>(ReuseOp::keep) && op != static_cast<uint32_t>(ReuseOp::copy)) return std::nullopt;

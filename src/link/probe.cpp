@@ -77,12 +77,13 @@ std::string serve_probe(int fd, Millis idle) {
       break;
     }
   }
-  return "probe ended after " + std::to_string(requests) + " requests, " + format_bytes(in) + " in, " + format_bytes(out) +
-         " out (" + end + ")";
+  return "probe ended after " + std::to_string(requests) + " requests, " + format_bytes(in) + " in, " +
+         format_bytes(out) + " out (" + end + ")";
 }
 
 Result<ProbeMeasurement> run_probe(int fd, int pings, uint64_t bytes, Millis step) {
-  if (bytes > kMaxProbeBytes) return Status::invalid_argument("probe: at most " + format_bytes(kMaxProbeBytes) + " each way");
+  if (bytes > kMaxProbeBytes)
+    return Status::invalid_argument("probe: at most " + format_bytes(kMaxProbeBytes) + " each way");
   ProbeMeasurement m;
   std::vector<double> rtts;
   uint8_t h[kHeader] = {};
@@ -94,7 +95,8 @@ Result<ProbeMeasurement> run_probe(int fd, int pings, uint64_t bytes, Millis ste
     Io io = write_all(fd, h, kHeader, deadline_in(step));
     if (io == Io::ok) io = read_exact(fd, back, kHeader, deadline_in(step));
     if (io != Io::ok) return Status::unavailable(std::string("probe echo: ") + io_name(io));
-    if (get_u64(back + 1) != static_cast<uint64_t>(i)) return Status::internal("probe echo: the worker answered another request");
+    if (get_u64(back + 1) != static_cast<uint64_t>(i))
+      return Status::internal("probe echo: the worker answered another request");
     rtts.push_back(ms_since(t0));
   }
   if (!rtts.empty()) {

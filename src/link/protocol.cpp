@@ -146,12 +146,14 @@ Result<FrameHeader> parse_frame_header(const uint8_t (&b)[kFrameHeaderSize]) {
     }
     char hex[32];
     std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x", b[0], b[1], b[2], b[3]);
-    return Status::invalid_argument(std::string("not a tandem link handshake: garbage bytes (starts with 0x") + hex + ")");
+    return Status::invalid_argument(std::string("not a tandem link handshake: garbage bytes (starts with 0x") + hex +
+                                    ")");
   }
   if (b[4] < 1 || b[4] > 4) return Status::invalid_argument("unknown message type " + std::to_string(b[4]));
   if (b[5] != 0) return Status::invalid_argument("non-zero frame flags");
   const uint16_t length = static_cast<uint16_t>(b[6] << 8 | b[7]);
-  if (length > kMaxFrameBody) return Status::invalid_argument("a frame of " + std::to_string(length) + " bytes (limit 1024)");
+  if (length > kMaxFrameBody)
+    return Status::invalid_argument("a frame of " + std::to_string(length) + " bytes (limit 1024)");
   return FrameHeader{static_cast<MsgType>(b[4]), length};
 }
 

@@ -42,11 +42,11 @@ constexpr size_t kFrameHeaderSize = 8;
 constexpr size_t kMaxFrameBody = 1024;
 constexpr size_t kNonceSize = 32;
 constexpr size_t kMacSize = 32;
-constexpr size_t kCommitField = 40;  // a git commit in hex
-constexpr size_t kNameField = 32;    // a node name, UTF-8, zero-padded
-constexpr size_t kHelloBody = 2 + 1 + 1 + kNonceSize + kCommitField + kNameField;                  // 108
-constexpr size_t kChallengeBody = 2 + 2 + kNonceSize + kCommitField + kNameField + kMacSize;      // 140
-constexpr size_t kProofBody = kMacSize;                                                            // 32
+constexpr size_t kCommitField = 40;                                                // a git commit in hex
+constexpr size_t kNameField = 32;                                                  // a node name, UTF-8, zero-padded
+constexpr size_t kHelloBody = 2 + 1 + 1 + kNonceSize + kCommitField + kNameField;  // 108
+constexpr size_t kChallengeBody = 2 + 2 + kNonceSize + kCommitField + kNameField + kMacSize;  // 140
+constexpr size_t kProofBody = kMacSize;                                                       // 32
 constexpr size_t kMaxVerdictText = 1000;
 
 enum class MsgType : uint8_t { hello = 1, challenge = 2, proof = 3, verdict = 4 };
@@ -59,9 +59,9 @@ enum class VerdictCode : uint8_t {
   version_mismatch = 1,
   commit_mismatch = 2,
   wrong_secret = 3,
-  busy = 4,        // the worker serves another head
-  bad_request = 5, // a malformed message or an unknown role
-  unavailable = 6, // the worker cannot serve the role now (e.g. its RPC server is down)
+  busy = 4,         // the worker serves another head
+  bad_request = 5,  // a malformed message or an unknown role
+  unavailable = 6,  // the worker cannot serve the role now (e.g. its RPC server is down)
 };
 
 struct Hello {
@@ -114,8 +114,8 @@ std::vector<uint8_t> client_mac(const Secret& secret, const std::vector<uint8_t>
                                 const std::vector<uint8_t>& challenge_frame);
 
 struct HandshakeOptions {
-  std::string name;          // this node's name, sent to the peer (hostname by default)
-  std::string llama_commit;  // this build's llama.cpp commit
+  std::string name;                              // this node's name, sent to the peer (hostname by default)
+  std::string llama_commit;                      // this build's llama.cpp commit
   std::chrono::milliseconds step_timeout{5000};  // deadline of every handshake step
 };
 

@@ -68,8 +68,8 @@ Result<Secret> load_secret(const std::string& path) {
   if ((st.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return Status::invalid_argument(ctx + ": readable or writable by other users (mode " + mode +
-                                    "); run `chmod 600 " + path + "`");
+    return Status::invalid_argument(ctx + ": readable or writable by other users (mode " + mode + "); run `chmod 600 " +
+                                    path + "`");
   }
   std::ifstream in(path);
   if (!in) return Status::invalid_argument(ctx + ": cannot read: " + std::strerror(errno));
@@ -108,7 +108,8 @@ Result<Secret> load_secret(const std::string& path) {
 Status write_new_secret(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
-    return Status::invalid_argument(path + ": already exists; a new secret would lock out every node holding the old "
+    return Status::invalid_argument(path +
+                                    ": already exists; a new secret would lock out every node holding the old "
                                     "one (remove the file first if that is what you want)");
   }
   auto bytes = random_bytes(kMinSecretBytes);

@@ -31,7 +31,8 @@ Result<Endpoint> parse_endpoint(const std::string& text, bool allow_port_zero) {
   }
   Endpoint ep;
   ep.host = text.substr(0, colon);
-  if (ep.host.size() > 2 && ep.host.front() == '[' && ep.host.back() == ']') ep.host = ep.host.substr(1, ep.host.size() - 2);
+  if (ep.host.size() > 2 && ep.host.front() == '[' && ep.host.back() == ']')
+    ep.host = ep.host.substr(1, ep.host.size() - 2);
   const std::string port = text.substr(colon + 1);
   if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) {
     return Status::invalid_argument("'" + text + "': port '" + port + "' is not a number");
@@ -159,10 +160,14 @@ Result<Fd> connect_tcp(const Endpoint& ep, Deadline deadline) {
 
 const char* io_name(Io io) {
   switch (io) {
-    case Io::ok: return "ok";
-    case Io::closed: return "connection closed by the peer";
-    case Io::timed_out: return "timed out";
-    case Io::failed: return "socket error";
+    case Io::ok:
+      return "ok";
+    case Io::closed:
+      return "connection closed by the peer";
+    case Io::timed_out:
+      return "timed out";
+    case Io::failed:
+      return "socket error";
   }
   return "?";
 }

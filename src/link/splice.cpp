@@ -45,7 +45,8 @@ class Pipe {
   Pipe() {
     if (::pipe2(fd_, O_CLOEXEC) != 0) fd_[0] = fd_[1] = -1;
     // A larger pipe moves a chunk per system call; the default (64 KiB) works too.
-    else (void)::fcntl(fd_[1], F_SETPIPE_SZ, static_cast<int>(kChunk));
+    else
+      (void)::fcntl(fd_[1], F_SETPIPE_SZ, static_cast<int>(kChunk));
   }
   ~Pipe() {
     for (int fd : fd_) {
@@ -100,9 +101,8 @@ class NoSigpipe {
     sigset_t pending;
     sigpending(&pending);
     if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
-      const struct timespec zero{0, 0};
-      while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
-      }
+      const struct timespec zero { 0, 0 };
+      while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {}
     }
     pthread_sigmask(SIG_SETMASK, &old_, nullptr);
   }

@@ -40,7 +40,8 @@ std::string fixed(double v, int digits) {
 
 class Doctor {
  public:
-  Doctor(const DoctorOptions& o, const std::function<void(const Check&)>& on_check) : o_(o), c_(o.config), on_check_(on_check) {}
+  Doctor(const DoctorOptions& o, const std::function<void(const Check&)>& on_check)
+      : o_(o), c_(o.config), on_check_(on_check) {}
 
   std::vector<Check> run() {
     check_head();
@@ -70,33 +71,44 @@ class Doctor {
 
   void check_head() {
     const std::string& head = c_.cluster.head_name;
-    if (c_.workers.empty()) add(head, "workers", Verdict::warn, "the config has no [[worker]]", "add a [[worker]] table per worker (docs/config.md)");
+    if (c_.workers.empty())
+      add(head, "workers", Verdict::warn, "the config has no [[worker]]",
+          "add a [[worker]] table per worker (docs/config.md)");
     if (c_.cluster.secret_file.empty()) {
-      if (!c_.workers.empty()) add(head, "secret", Verdict::fail, "[cluster] secret_file is not set", "create one with `tandem secret new -o /etc/tandem/cluster.key` and set secret_file");
+      if (!c_.workers.empty())
+        add(head, "secret", Verdict::fail, "[cluster] secret_file is not set",
+            "create one with `tandem secret new -o /etc/tandem/cluster.key` and set secret_file");
     } else if (auto s = link::load_secret(c_.cluster.secret_file); !s.is_ok()) {
-      add(head, "secret", Verdict::fail, s.status().message(), "fix the file or make a new one: `tandem secret new -o FILE`, then copy it to every worker");
+      add(head, "secret", Verdict::fail, s.status().message(),
+          "fix the file or make a new one: `tandem secret new -o FILE`, then copy it to every worker");
     } else {
       secret_ = s.value();
       add(head, "secret", Verdict::pass, c_.cluster.secret_file + " is a valid cluster secret, mode 0600");
     }
     if (c_.model.path.empty()) {
-      add(head, "model", Verdict::fail, "[model] path is not set", "set [model] path to the GGUF file (its first split)");
+      add(head, "model", Verdict::fail, "[model] path is not set",
+          "set [model] path to the GGUF file (its first split)");
     } else if (auto info = plan::read_model_info(c_.model.path); !info.is_ok()) {
-      add(head, "model", Verdict::fail, info.status().message(), "check [model] path; for a split model name the -00001-of- file");
+      add(head, "model", Verdict::fail, info.status().message(),
+          "check [model] path; for a split model name the -00001-of- file");
     } else if (info->header_only) {
       info_ = info.value();  // still planned with: the checks of memory hold for the real model
-      add(head, "model", Verdict::fail, c_.model.path + ": a header-only file (tensor table, no weights): serve would refuse it",
+      add(head, "model", Verdict::fail,
+          c_.model.path + ": a header-only file (tensor table, no weights): serve would refuse it",
           "point [model] path at the real GGUF file (its first split)");
     } else {
       info_ = info.value();
-      add(head, "model", Verdict::pass, c_.model.path + ": " + info_->arch + ", " + std::to_string(info_->n_layer) + " layers, " + format_bytes(info_->tensor_bytes));
+      add(head, "model", Verdict::pass,
+          c_.model.path + ": " + info_->arch + ", " + std::to_string(info_->n_layer) + " layers, " +
+              format_bytes(info_->tensor_bytes));
     }
   }
 
   void check_worker(const config::WorkerConfig& w) {
     auto ep = link::parse_endpoint(w.address);
     if (!ep.is_ok()) {
-      add(w.name, "reachable", Verdict::fail, "address '" + w.address + "': " + ep.status().message(), "fix its address (host:port) in the config");
+      add(w.name, "reachable", Verdict::fail, "address '" + w.address + "': " + ep.status().message(),
+          "fix its address (host:port) in the config");
       return;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -108,14 +120,16 @@ class Doctor {
       return;
     }
     fd->reset();
-    add(w.name, "reachable", Verdict::pass, "TCP connect to " + w.address + " in " +
-                                               fixed(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), 2) + " ms");
+    add(w.name, "reachable", Verdict::pass,
+        "TCP connect to " + w.address + " in " +
+            fixed(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), 2) + " ms");
     if (!secret_) return;
     auto st = link::control_request(ep.value(), *secret_, "status", handshake());
     if (!st.is_ok()) {
       const std::string& m = st.status().message();
       if (m.find("secret") != std::string::npos) {
-        add(w.name, "secret", Verdict::fail, m, "copy the head's " + c_.cluster.secret_file + " to the worker (mode 0600) and restart it");
+        add(w.name, "secret", Verdict::fail, m,
+            "copy the head's " + c_.cluster.secret_file + " to the worker (mode 0600) and restart it");
       } else if (m.find("mismatch") != std::string::npos) {
         add(w.name, "versions", Verdict::fail, m, "build the same tandem (and llama.cpp) commit on every machine");
       } else {
@@ -123,16 +137,19 @@ class Doctor {
       }
       return;
     }
-    add(w.name, "secret", Verdict::pass, "mutual handshake accepted by worker '" + st->value("name", std::string("?")) + "'");
-    const std::string version = st->value("version", std::string("?")), commit = st->value("llama_commit", std::string("?"));
+    add(w.name, "secret", Verdict::pass,
+        "mutual handshake accepted by worker '" + st->value("name", std::string("?")) + "'");
+    const std::string version = st->value("version", std::string("?")),
+                      commit = st->value("llama_commit", std::string("?"));
     if (version != TANDEM_VERSION || commit != TANDEM_LLAMA_COMMIT) {
       add(w.name, "versions", Verdict::fail,
-          "worker runs tandem " + version + " with llama.cpp " + commit.substr(0, 12) + ", the head tandem " + TANDEM_VERSION +
-              " with llama.cpp " + std::string(TANDEM_LLAMA_COMMIT).substr(0, 12),
+          "worker runs tandem " + version + " with llama.cpp " + commit.substr(0, 12) + ", the head tandem " +
+              TANDEM_VERSION + " with llama.cpp " + std::string(TANDEM_LLAMA_COMMIT).substr(0, 12),
           "build the same tandem commit on every machine");
     } else {
-      add(w.name, "versions", Verdict::pass, "tandem " + version + ", llama.cpp " + commit.substr(0, 12) + ", link protocol " +
-                                                 std::to_string(st->value("protocol", 0)) + ": same as the head");
+      add(w.name, "versions", Verdict::pass,
+          "tandem " + version + ", llama.cpp " + commit.substr(0, 12) + ", link protocol " +
+              std::to_string(st->value("protocol", 0)) + ": same as the head");
     }
     live_.push_back({&w, ep.value(), st.value()});
   }
@@ -172,15 +189,18 @@ class Doctor {
         n += d.n_layers;
       }
       if (n == 0) {
-        add(lw.config->name, "memory", Verdict::pass, "the plan gives it no layers (the model fits on fewer nodes); " + format_bytes(free_bytes) + " free");
+        add(lw.config->name, "memory", Verdict::pass,
+            "the plan gives it no layers (the model fits on fewer nodes); " + format_bytes(free_bytes) + " free");
       } else {
         add(lw.config->name, "memory", Verdict::pass,
-            "layers " + std::to_string(first) + "-" + std::to_string(first + n - 1) + " need " + format_bytes(need) + " of " +
-                format_bytes(free_bytes) + " free, " + format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, headroom))) + " to spare after the margin");
+            "layers " + std::to_string(first) + "-" + std::to_string(first + n - 1) + " need " + format_bytes(need) +
+                " of " + format_bytes(free_bytes) + " free, " +
+                format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, headroom))) + " to spare after the margin");
       }
     }
     if (partial) {
-      add("plan", "memory", Verdict::warn, "planned without the workers that did not answer", "fix those workers, then run doctor again");
+      add("plan", "memory", Verdict::warn, "planned without the workers that did not answer",
+          "fix those workers, then run doctor again");
     }
     return p.value();
   }
@@ -194,26 +214,30 @@ class Doctor {
     }
     auto peer = link::client_handshake(fd->get(), *secret_, link::Role::probe, handshake(), ctx);
     if (!peer.is_ok()) {
-      add(lw.config->name, "link", Verdict::fail, peer.status().message(), "update tandem on the worker: it does not serve the probe role");
+      add(lw.config->name, "link", Verdict::fail, peer.status().message(),
+          "update tandem on the worker: it does not serve the probe role");
       return;
     }
     auto m = link::run_probe(fd->get(), o_.pings, o_.probe_bytes, o_.timeout);
     if (!m.is_ok()) {
-      add(lw.config->name, "link", Verdict::fail, ctx + ": " + m.status().message(), "check the cable, the network interfaces and the worker's log");
+      add(lw.config->name, "link", Verdict::fail, ctx + ": " + m.status().message(),
+          "check the cable, the network interfaces and the worker's log");
       return;
     }
-    std::string detail = "round trip " + fixed(m->rtt_median_ms, 3) + " ms (median of " + std::to_string(o_.pings) + ", min " +
-                         fixed(m->rtt_min_ms, 3) + ", max " + fixed(m->rtt_max_ms, 3) + ")";
+    std::string detail = "round trip " + fixed(m->rtt_median_ms, 3) + " ms (median of " + std::to_string(o_.pings) +
+                         ", min " + fixed(m->rtt_min_ms, 3) + ", max " + fixed(m->rtt_max_ms, 3) + ")";
     if (o_.probe_bytes == 0) {
       add(lw.config->name, "link", Verdict::pass, detail);
       return;
     }
-    detail += "; " + format_bytes(o_.probe_bytes) + " each way: head->worker " + rate(m->upload_bytes_per_s) + ", worker->head " +
-              rate(m->download_bytes_per_s);
+    detail += "; " + format_bytes(o_.probe_bytes) + " each way: head->worker " + rate(m->upload_bytes_per_s) +
+              ", worker->head " + rate(m->download_bytes_per_s);
     const double slowest = std::min(m->upload_bytes_per_s, m->download_bytes_per_s);
     if (slowest < o_.slow_link_bytes_per_s) {
       add(lw.config->name, "link", Verdict::warn, detail,
-          "slower than " + rate(o_.slow_link_bytes_per_s) + ": an unseeded first load will be slow; check the cable, link speed (ethtool) and MTU, and seed the worker's cache");
+          "slower than " + rate(o_.slow_link_bytes_per_s) +
+              ": an unseeded first load will be slow; check the cable, link speed (ethtool) and MTU, and seed the "
+              "worker's cache");
     } else {
       add(lw.config->name, "link", Verdict::pass, detail);
     }
@@ -235,7 +259,8 @@ class Doctor {
     uint64_t bytes = 0;
     for (const auto& t : info_->tensors) {
       if (t.bytes <= kSeedThreshold) continue;
-      if ((t.layer >= first && t.layer <= last) || (output && t.layer < 0 && t.name.rfind("output", 0) == 0)) bytes += t.bytes;
+      if ((t.layer >= first && t.layer <= last) || (output && t.layer < 0 && t.name.rfind("output", 0) == 0))
+        bytes += t.bytes;
     }
     return bytes;
   }
@@ -248,14 +273,18 @@ class Doctor {
     const uint64_t want = p ? expected_cache_bytes(*p, lw.config->name, &layers) : 0;
     const std::string& name = lw.config->name;
     if (p && want == 0) {
-      add(name, "cache", Verdict::pass, layers.empty() ? "no layers planned here: nothing to seed"
-                                                       : "its layers have no tensor above ggml's 10 MiB hash threshold: nothing to seed");
+      add(name, "cache", Verdict::pass,
+          layers.empty() ? "no layers planned here: nothing to seed"
+                         : "its layers have no tensor above ggml's 10 MiB hash threshold: nothing to seed");
       return;
     }
     const std::string seed = "on " + name + ": `tandem worker seed --model <its copy of the model> --cache-dir " +
-                             (dir.empty() ? std::string("<dir>") : dir) + (layers.empty() ? "" : " --layers " + layers) + "`";
+                             (dir.empty() ? std::string("<dir>") : dir) +
+                             (layers.empty() ? "" : " --layers " + layers) + "`";
     if (dir.empty()) {
-      add(name, "cache", Verdict::warn, "the worker has no weight cache: a load sends " + (p ? format_bytes(want) : std::string("its share")) + " over the link",
+      add(name, "cache", Verdict::warn,
+          "the worker has no weight cache: a load sends " + (p ? format_bytes(want) : std::string("its share")) +
+              " over the link",
           "run the worker with --cache-dir (or cache_dir in its [[worker]] table), then " + seed);
       return;
     }
@@ -263,9 +292,12 @@ class Doctor {
     if (!p) {
       add(name, "cache", Verdict::pass, held + " (no plan to compare with)");
     } else if (have >= want) {
-      add(name, "cache", Verdict::pass, held + ": at least the " + format_bytes(want) + " of large tensors its layers " + layers + " need");
+      add(name, "cache", Verdict::pass,
+          held + ": at least the " + format_bytes(want) + " of large tensors its layers " + layers + " need");
     } else {
-      add(name, "cache", Verdict::warn, held + ": less than the " + format_bytes(want) + " its layers " + layers + " need; the first load sends the rest over the link",
+      add(name, "cache", Verdict::warn,
+          held + ": less than the " + format_bytes(want) + " its layers " + layers +
+              " need; the first load sends the rest over the link",
           seed);
     }
   }
@@ -278,13 +310,15 @@ class Doctor {
     if (!isolated) {
       add(name, "rpc-isolation", Verdict::warn,
           "its ggml RPC server is not in a private network namespace: " + rpc.value("isolation", std::string("?")),
-          "run the worker with CAP_SYS_ADMIN and CAP_NET_ADMIN (the unit of `tandem systemd --role worker` grants them)");
+          "run the worker with CAP_SYS_ADMIN and CAP_NET_ADMIN (the unit of `tandem systemd --role worker` grants "
+          "them)");
     } else {
       add(name, "rpc-isolation", Verdict::pass, "its ggml RPC server runs in a private network namespace");
     }
     const std::string host = lw.address.host;
     if (link::is_loopback_host(host)) {
-      add(name, "rpc-exposure", Verdict::pass, "the worker's address " + lw.address.to_string() + " is loopback: no network address to probe");
+      add(name, "rpc-exposure", Verdict::pass,
+          "the worker's address " + lw.address.to_string() + " is loopback: no network address to probe");
       return;
     }
     std::set<uint16_t> ports(o_.rpc_ports.begin(), o_.rpc_ports.end());
@@ -297,10 +331,13 @@ class Doctor {
     }
     if (!open.empty()) {
       add(name, "rpc-exposure", Verdict::fail,
-          "something accepts TCP connections without the link handshake at " + open + " (ggml RPC ports): a raw ggml-rpc-server gives anyone full control of that machine",
-          "stop any ggml-rpc-server / llama.cpp rpc-server there, and firewall those ports; tandem's own RPC server listens only inside its namespace");
+          "something accepts TCP connections without the link handshake at " + open +
+              " (ggml RPC ports): a raw ggml-rpc-server gives anyone full control of that machine",
+          "stop any ggml-rpc-server / llama.cpp rpc-server there, and firewall those ports; tandem's own RPC server "
+          "listens only inside its namespace");
     } else {
-      add(name, "rpc-exposure", Verdict::pass, "no answer on " + host + " port(s) " + tried + ": no ggml RPC port is reachable from here");
+      add(name, "rpc-exposure", Verdict::pass,
+          "no answer on " + host + " port(s) " + tried + ": no ggml RPC port is reachable from here");
     }
   }
 

@@ -18,11 +18,11 @@ namespace tandem::ops {
 
 struct DoctorOptions {
   config::Config config;
-  int pings = 20;                              // round trips measured per worker
-  uint64_t probe_bytes = uint64_t{64} << 20;   // bytes sent each way for throughput; 0: skip
-  std::vector<uint16_t> rpc_ports = {50052};   // tried on each worker's address, besides the port its RPC server reports
-  link::Millis timeout{5000};                  // each connect and handshake step
-  double slow_link_bytes_per_s = 100e6;        // below this a link is a warning
+  int pings = 20;                             // round trips measured per worker
+  uint64_t probe_bytes = uint64_t{64} << 20;  // bytes sent each way for throughput; 0: skip
+  std::vector<uint16_t> rpc_ports = {50052};  // tried on each worker's address, besides the port its RPC server reports
+  link::Millis timeout{5000};                 // each connect and handshake step
+  double slow_link_bytes_per_s = 100e6;       // below this a link is a warning
 };
 
 enum class Verdict { pass, warn, fail };
@@ -31,8 +31,8 @@ struct Check {
   std::string subject;  // "head", or a worker's name
   std::string name;     // "reachable", "secret", "versions", "memory", "link", "cache", "rpc-exposure", ...
   Verdict verdict = Verdict::pass;
-  std::string detail;   // what was seen
-  std::string fix;      // what to do (for warn and fail)
+  std::string detail;  // what was seen
+  std::string fix;     // what to do (for warn and fail)
 };
 
 // Runs every check; `on_check` (may be empty) sees each as soon as it is known. Never throws; a

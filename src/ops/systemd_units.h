@@ -22,8 +22,8 @@ enum class UnitRole { head, worker };
 
 struct UnitOptions {
   UnitRole role = UnitRole::head;
-  std::string config_path;                     // tandem.toml as the unit will read it (made absolute)
-  std::string worker_name;                     // role worker: which [[worker]]; "" = the only one
+  std::string config_path;  // tandem.toml as the unit will read it (made absolute)
+  std::string worker_name;  // role worker: which [[worker]]; "" = the only one
   std::string binary = "/usr/local/bin/tandem";
   std::string user = "tandem";
   int watchdog_s = 60;

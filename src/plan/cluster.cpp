@@ -48,7 +48,6 @@ Result<NodeSpec> parse_node_flag(const std::string& text, DeviceKind kind) {
   return node;
 }
 
-
 Status validate_nodes(const std::vector<NodeSpec>& nodes) {
   if (nodes.empty()) return Status::invalid_argument("no nodes: give at least the head");
   std::set<std::string> names;
@@ -64,7 +63,8 @@ Status validate_nodes(const std::vector<NodeSpec>& nodes) {
     }
   }
   if (nodes.size() - 1 > static_cast<size_t>(kMaxRpcServers)) {
-    return Status::invalid_argument(std::to_string(nodes.size() - 1) + " workers: llama.cpp's RPC client reaches at most " +
+    return Status::invalid_argument(std::to_string(nodes.size() - 1) +
+                                    " workers: llama.cpp's RPC client reaches at most " +
                                     std::to_string(kMaxRpcServers));
   }
   if (offload > kMaxOffloadDevices) {

@@ -25,17 +25,17 @@ enum class DeviceKind {
 const char* device_kind_name(DeviceKind kind);
 
 struct DeviceSpec {
-  std::string name;          // e.g. "GPU0", "CPU", "CUDA0"
-  DeviceKind kind = DeviceKind::gpu;  // how libllama uses it: a worker's CPU is an offload device too
-  uint64_t free_bytes = 0;   // memory the model may use, before the safety margin
+  std::string name;                      // e.g. "GPU0", "CPU", "CUDA0"
+  DeviceKind kind = DeviceKind::gpu;     // how libllama uses it: a worker's CPU is an offload device too
+  uint64_t free_bytes = 0;               // memory the model may use, before the safety margin
   double bandwidth = kDefaultBandwidth;  // bytes per second
   bool bandwidth_assumed = false;        // not given: kDefaultBandwidth was used
-  std::string hardware;      // what it is, "cpu" or "gpu", when known (reports show it)
+  std::string hardware;                  // what it is, "cpu" or "gpu", when known (reports show it)
 };
 
 struct NodeSpec {
   std::string name;
-  std::string address;       // "host:port" of a worker; "" for the head and for dry runs
+  std::string address;  // "host:port" of a worker; "" for the head and for dry runs
   std::vector<DeviceSpec> devices;
 };
 

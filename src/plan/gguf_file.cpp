@@ -70,15 +70,32 @@ Result<uint64_t> gguf_get_uint(const gguf_context* ctx, const std::string& key, 
     for (size_t i = 0; i < n; ++i) {
       uint64_t v = 0;
       switch (type) {
-        case GGUF_TYPE_UINT8: v = base[i]; break;
-        case GGUF_TYPE_INT8: v = static_cast<uint64_t>(std::max<int8_t>(0, reinterpret_cast<const int8_t*>(base)[i])); break;
-        case GGUF_TYPE_UINT16: v = reinterpret_cast<const uint16_t*>(base)[i]; break;
-        case GGUF_TYPE_INT16: v = static_cast<uint64_t>(std::max<int16_t>(0, reinterpret_cast<const int16_t*>(base)[i])); break;
-        case GGUF_TYPE_UINT32: v = reinterpret_cast<const uint32_t*>(base)[i]; break;
-        case GGUF_TYPE_INT32: v = static_cast<uint64_t>(std::max<int32_t>(0, reinterpret_cast<const int32_t*>(base)[i])); break;
-        case GGUF_TYPE_UINT64: v = reinterpret_cast<const uint64_t*>(base)[i]; break;
-        case GGUF_TYPE_INT64: v = static_cast<uint64_t>(std::max<int64_t>(0, reinterpret_cast<const int64_t*>(base)[i])); break;
-        default: return Status::invalid_argument("key '" + key + "' holds an array of non-integers");
+        case GGUF_TYPE_UINT8:
+          v = base[i];
+          break;
+        case GGUF_TYPE_INT8:
+          v = static_cast<uint64_t>(std::max<int8_t>(0, reinterpret_cast<const int8_t*>(base)[i]));
+          break;
+        case GGUF_TYPE_UINT16:
+          v = reinterpret_cast<const uint16_t*>(base)[i];
+          break;
+        case GGUF_TYPE_INT16:
+          v = static_cast<uint64_t>(std::max<int16_t>(0, reinterpret_cast<const int16_t*>(base)[i]));
+          break;
+        case GGUF_TYPE_UINT32:
+          v = reinterpret_cast<const uint32_t*>(base)[i];
+          break;
+        case GGUF_TYPE_INT32:
+          v = static_cast<uint64_t>(std::max<int32_t>(0, reinterpret_cast<const int32_t*>(base)[i]));
+          break;
+        case GGUF_TYPE_UINT64:
+          v = reinterpret_cast<const uint64_t*>(base)[i];
+          break;
+        case GGUF_TYPE_INT64:
+          v = static_cast<uint64_t>(std::max<int64_t>(0, reinterpret_cast<const int64_t*>(base)[i]));
+          break;
+        default:
+          return Status::invalid_argument("key '" + key + "' holds an array of non-integers");
       }
       best = std::max(best, v);
     }
@@ -86,11 +103,18 @@ Result<uint64_t> gguf_get_uint(const gguf_context* ctx, const std::string& key, 
   }
   data = gguf_get_val_data(ctx, id);
   switch (type) {
-    case GGUF_TYPE_UINT8: return uint64_t{*static_cast<const uint8_t*>(data)};
-    case GGUF_TYPE_UINT16: return uint64_t{*static_cast<const uint16_t*>(data)};
-    case GGUF_TYPE_UINT32: return uint64_t{*static_cast<const uint32_t*>(data)};
-    case GGUF_TYPE_UINT64: return *static_cast<const uint64_t*>(data);
-    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64: {
+    case GGUF_TYPE_UINT8:
+      return uint64_t{*static_cast<const uint8_t*>(data)};
+    case GGUF_TYPE_UINT16:
+      return uint64_t{*static_cast<const uint16_t*>(data)};
+    case GGUF_TYPE_UINT32:
+      return uint64_t{*static_cast<const uint32_t*>(data)};
+    case GGUF_TYPE_UINT64:
+      return *static_cast<const uint64_t*>(data);
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_INT16:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_INT64: {
       int64_t v = type == GGUF_TYPE_INT8    ? *static_cast<const int8_t*>(data)
                   : type == GGUF_TYPE_INT16 ? *static_cast<const int16_t*>(data)
                   : type == GGUF_TYPE_INT32 ? *static_cast<const int32_t*>(data)
@@ -107,8 +131,10 @@ Result<double> gguf_get_float(const gguf_context* ctx, const std::string& key, d
   const int64_t id = gguf_find_key(ctx, key.c_str());
   if (id < 0) return fallback;
   switch (gguf_get_kv_type(ctx, id)) {
-    case GGUF_TYPE_FLOAT32: return double{gguf_get_val_f32(ctx, id)};
-    case GGUF_TYPE_FLOAT64: return gguf_get_val_f64(ctx, id);
+    case GGUF_TYPE_FLOAT32:
+      return double{gguf_get_val_f32(ctx, id)};
+    case GGUF_TYPE_FLOAT64:
+      return gguf_get_val_f64(ctx, id);
     default: {
       auto v = gguf_get_uint(ctx, key, 0);
       if (!v.is_ok()) return Status::invalid_argument("key '" + key + "' is not a number");

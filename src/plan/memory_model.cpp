@@ -10,7 +10,7 @@ namespace tandem::plan {
 namespace {
 
 // The cache types llama.cpp's context accepts (common/arg.cpp's kv_cache_types), largest first.
-const ggml_type kKvTypes[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q5_1,
+const ggml_type kKvTypes[] = {GGML_TYPE_F32,  GGML_TYPE_F16,    GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q5_1,
                               GGML_TYPE_Q5_0, GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_Q4_0};
 
 // llama.cpp's LLAMA_MAX_SEQ.
@@ -25,9 +25,9 @@ uint64_t pad256(uint64_t n) { return (n + 255) / 256 * 256; }
 // Shapes that size the scratch of one worst-case prompt batch (llama_context::sched_reserve:
 // T = min(n_ctx, n_ubatch) tokens spread over `parallel` streams, every KV cell visible).
 struct GraphShape {
-  uint64_t tokens = 0;            // T
+  uint64_t tokens = 0;  // T
   uint64_t tokens_per_stream = 0;
-  uint64_t kv_per_stream = 0;     // cells one stream attends over
+  uint64_t kv_per_stream = 0;  // cells one stream attends over
 };
 
 GraphShape graph_shape(const MemoryOptions& o) {
@@ -154,7 +154,8 @@ Result<ModelCosts> model_costs(const ModelInfo& info, const MemoryOptions& o) {
     slot = std::max(slot, scratch);
   }
   c.sparse_before.assign(info.n_layer + 1, 0);
-  for (uint32_t il = 0; il < info.n_layer; ++il) c.sparse_before[il + 1] = c.sparse_before[il] + (c.layers[il].sparse ? 1 : 0);
+  for (uint32_t il = 0; il < info.n_layer; ++il)
+    c.sparse_before[il + 1] = c.sparse_before[il] + (c.layers[il].sparse ? 1 : 0);
   // The output device holds the logits of every token of the batch (n_outputs = T at reserve).
   c.compute_output = g.tokens * uint64_t{info.n_vocab} * f32 + 6 * resid;
   // With no layer, the head's CPU still gathers the embedding rows and stages the batch's masks.

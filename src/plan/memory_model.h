@@ -55,14 +55,14 @@ struct LayerCost {
 // The per-layer and fixed costs of one model under one set of options.
 struct ModelCosts {
   std::vector<LayerCost> layers;
-  uint64_t input_weights = 0;    // token embedding, on the head's CPU (and on a worker running layer 0)
-  uint64_t output_weights = 0;   // output head + final norm, with the last offload device
-  uint64_t output_read = 0;      // bytes the output head reads per token
-  uint64_t other_weights = 0;    // tensors outside layers that are neither (kept with the input)
-  uint64_t compute_dense = 0;    // compute buffer of a device holding only dense-attention layers
-  uint64_t compute_sparse = 0;   // ... holding at least one sparse-attention layer
-  uint64_t compute_output = 0;   // ... holding the output head (logits of a whole batch)
-  uint64_t compute_host = 0;     // the head CPU's compute buffer when it holds no layer
+  uint64_t input_weights = 0;   // token embedding, on the head's CPU (and on a worker running layer 0)
+  uint64_t output_weights = 0;  // output head + final norm, with the last offload device
+  uint64_t output_read = 0;     // bytes the output head reads per token
+  uint64_t other_weights = 0;   // tensors outside layers that are neither (kept with the input)
+  uint64_t compute_dense = 0;   // compute buffer of a device holding only dense-attention layers
+  uint64_t compute_sparse = 0;  // ... holding at least one sparse-attention layer
+  uint64_t compute_output = 0;  // ... holding the output head (logits of a whole batch)
+  uint64_t compute_host = 0;    // the head CPU's compute buffer when it holds no layer
   // Added to every device holding layers under pipeline parallelism, which llama.cpp turns on
   // when the head's CPU holds no layer (always with a GPU head): its scheduler then keeps 4 copies
   // of every graph input and of the activations that cross devices, never reused. Sized from the
@@ -72,7 +72,7 @@ struct ModelCosts {
   // them (datapath/worker_embedding.h), the head's CPU stages two such buffers fewer, and under
   // pipeline parallelism that worker keeps four fewer (they are no longer a graph input).
   uint64_t embedding_rows = 0;
-  uint64_t host_output = 0;      // the context's logits buffer on the head
+  uint64_t host_output = 0;         // the context's logits buffer on the head
   uint64_t worker_reuse_slots = 0;  // a worker's device with sparse layers: repeated-input slots
   uint64_t input_slots = 0;         // a device that reads a step's inputs, but the head's CPU (input_slot_bytes)
   uint64_t kv_cells = 0;

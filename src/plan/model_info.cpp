@@ -117,8 +117,8 @@ Status read_hparams(const gguf_context* ctx, ModelInfo* info) {
   return Status::ok();
 }
 
-Status read_tensors(const gguf_context* ctx, int split, const std::string& path, uint64_t size,
-                    bool header_only, ModelInfo* info) {
+Status read_tensors(const gguf_context* ctx, int split, const std::string& path, uint64_t size, bool header_only,
+                    ModelInfo* info) {
   const uint64_t data_offset = gguf_get_data_offset(ctx);
   const int64_t n = gguf_get_n_tensors(ctx);
   uint64_t data_end = data_offset;
@@ -134,9 +134,10 @@ Status read_tensors(const gguf_context* ctx, int split, const std::string& path,
     for (int d = 0; d < 4; ++d) {
       t.ne[d] = ne[d];
       if (ne[d] < 0 || __builtin_mul_overflow(elements, ne[d], &elements)) {
-        return Status::invalid_argument(path + ": tensor '" + t.name + "' has a shape whose element count does not fit in 64 bits (" +
-                                        std::to_string(ne[0]) + " x " + std::to_string(ne[1]) + " x " + std::to_string(ne[2]) +
-                                        " x " + std::to_string(ne[3]) + ")");
+        return Status::invalid_argument(path + ": tensor '" + t.name +
+                                        "' has a shape whose element count does not fit in 64 bits (" +
+                                        std::to_string(ne[0]) + " x " + std::to_string(ne[1]) + " x " +
+                                        std::to_string(ne[2]) + " x " + std::to_string(ne[3]) + ")");
       }
     }
     t.bytes = gguf_get_tensor_size(ctx, i);
@@ -175,15 +176,33 @@ void compute_totals(ModelInfo* info) {
     info->active_params += params;
     ActiveBytes& a = info->active;
     switch (t.role) {
-      case WeightRole::embedding: a.embedding += read; break;
-      case WeightRole::attention: a.attention += read; break;
-      case WeightRole::routed_experts: a.routed_experts += read; break;
-      case WeightRole::shared_experts: a.shared_experts += read; break;
-      case WeightRole::dense_ffn: a.dense_ffn += read; break;
-      case WeightRole::router: a.router += read; break;
-      case WeightRole::norm: a.norm += read; break;
-      case WeightRole::output: a.output += read; break;
-      case WeightRole::other: a.other += read; break;
+      case WeightRole::embedding:
+        a.embedding += read;
+        break;
+      case WeightRole::attention:
+        a.attention += read;
+        break;
+      case WeightRole::routed_experts:
+        a.routed_experts += read;
+        break;
+      case WeightRole::shared_experts:
+        a.shared_experts += read;
+        break;
+      case WeightRole::dense_ffn:
+        a.dense_ffn += read;
+        break;
+      case WeightRole::router:
+        a.router += read;
+        break;
+      case WeightRole::norm:
+        a.norm += read;
+        break;
+      case WeightRole::output:
+        a.output += read;
+        break;
+      case WeightRole::other:
+        a.other += read;
+        break;
     }
   }
   uint64_t best = 0;
@@ -199,15 +218,24 @@ void compute_totals(ModelInfo* info) {
 
 const char* weight_role_name(WeightRole role) {
   switch (role) {
-    case WeightRole::embedding: return "embedding";
-    case WeightRole::attention: return "attention";
-    case WeightRole::routed_experts: return "routed_experts";
-    case WeightRole::shared_experts: return "shared_experts";
-    case WeightRole::dense_ffn: return "dense_ffn";
-    case WeightRole::router: return "router";
-    case WeightRole::norm: return "norm";
-    case WeightRole::output: return "output";
-    case WeightRole::other: return "other";
+    case WeightRole::embedding:
+      return "embedding";
+    case WeightRole::attention:
+      return "attention";
+    case WeightRole::routed_experts:
+      return "routed_experts";
+    case WeightRole::shared_experts:
+      return "shared_experts";
+    case WeightRole::dense_ffn:
+      return "dense_ffn";
+    case WeightRole::router:
+      return "router";
+    case WeightRole::norm:
+      return "norm";
+    case WeightRole::output:
+      return "output";
+    case WeightRole::other:
+      return "other";
   }
   return "other";
 }
@@ -272,14 +300,15 @@ std::string format_model_info(const ModelInfo& info) {
     std::snprintf(line, sizeof line, "%-24s %s\n", key, value.c_str());
     out << line;
   };
-  row("file", info.files.front() + (info.files.size() > 1 ? " (+" + std::to_string(info.files.size() - 1) + " splits)" : ""));
+  row("file",
+      info.files.front() + (info.files.size() > 1 ? " (+" + std::to_string(info.files.size() - 1) + " splits)" : ""));
   if (info.header_only) row("data", "none: header-only file (tensor table of the real model)");
   row("architecture", info.arch + (info.name.empty() ? "" : " (" + info.name + ")"));
   row("layers", std::to_string(info.n_layer) +
                     (info.n_layer_dense_lead ? " (" + std::to_string(info.n_layer_dense_lead) + " dense)" : ""));
   row("embedding", std::to_string(info.n_embd));
-  row("attention heads", std::to_string(info.n_head) + " query, " + std::to_string(info.n_head_kv) + " key/value, head size " +
-                             std::to_string(info.head_dim_k));
+  row("attention heads", std::to_string(info.n_head) + " query, " + std::to_string(info.n_head_kv) +
+                             " key/value, head size " + std::to_string(info.head_dim_k));
   if (info.n_expert > 0) {
     row("experts", std::to_string(info.n_expert) + " routed, " + std::to_string(info.n_expert_used) + " used, " +
                        std::to_string(info.n_expert_shared) + " shared; expert FFN " + std::to_string(info.n_ff_exp));
@@ -337,10 +366,14 @@ std::string model_info_to_json(const ModelInfo& info, int indent) {
   j["n_params_active"] = info.active_params;
   j["active_bytes_per_token"] = info.active.total();
   const ActiveBytes& a = info.active;
-  j["active_bytes"] = {{"attention", a.attention},   {"routed_experts", a.routed_experts},
-                       {"shared_experts", a.shared_experts}, {"dense_ffn", a.dense_ffn},
-                       {"router", a.router},         {"norm", a.norm},
-                       {"output", a.output},         {"embedding", a.embedding},
+  j["active_bytes"] = {{"attention", a.attention},
+                       {"routed_experts", a.routed_experts},
+                       {"shared_experts", a.shared_experts},
+                       {"dense_ffn", a.dense_ffn},
+                       {"router", a.router},
+                       {"norm", a.norm},
+                       {"output", a.output},
+                       {"embedding", a.embedding},
                        {"other", a.other}};
   return j.dump(indent);
 }

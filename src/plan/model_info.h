@@ -29,11 +29,11 @@ const char* weight_role_name(WeightRole role);
 
 struct TensorInfo {
   std::string name;
-  int type = 0;           // ggml_type
+  int type = 0;  // ggml_type
   int64_t ne[4] = {1, 1, 1, 1};
-  uint64_t bytes = 0;     // size of the data in the file
-  int layer = -1;         // N for "blk.N.*", -1 otherwise
-  int split = 0;          // index of the file holding it
+  uint64_t bytes = 0;        // size of the data in the file
+  int layer = -1;            // N for "blk.N.*", -1 otherwise
+  int split = 0;             // index of the file holding it
   uint64_t file_offset = 0;  // absolute offset of the data within that file
   WeightRole role = WeightRole::other;
   uint64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
@@ -41,8 +41,8 @@ struct TensorInfo {
 
 // Bytes of weights read to generate one token, by role.
 struct ActiveBytes {
-  uint64_t embedding = 0, attention = 0, routed_experts = 0, shared_experts = 0, dense_ffn = 0,
-           router = 0, norm = 0, output = 0, other = 0;
+  uint64_t embedding = 0, attention = 0, routed_experts = 0, shared_experts = 0, dense_ffn = 0, router = 0, norm = 0,
+           output = 0, other = 0;
   uint64_t total() const {
     return embedding + attention + routed_experts + shared_experts + dense_ffn + router + norm + output + other;
   }
@@ -51,11 +51,11 @@ struct ActiveBytes {
 struct ModelInfo {
   std::vector<std::string> files;  // all splits, in order
   std::vector<uint64_t> file_sizes;
-  bool header_only = false;        // written by `synth --header-only`: tensor table without data
+  bool header_only = false;  // written by `synth --header-only`: tensor table without data
 
-  std::string arch;                // general.architecture
-  std::string name;                // general.name, may be empty
-  std::string file_type;           // e.g. "IQ4_XS": the most common weight type by bytes
+  std::string arch;       // general.architecture
+  std::string name;       // general.name, may be empty
+  std::string file_type;  // e.g. "IQ4_XS": the most common weight type by bytes
   uint32_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, n_ctx_train = 0, n_vocab = 0;
   uint32_t head_dim_k = 0, head_dim_v = 0, n_ff = 0, n_ff_exp = 0;
   uint32_t n_expert = 0, n_expert_used = 0, n_expert_shared = 0, n_layer_dense_lead = 0;
@@ -67,8 +67,8 @@ struct ModelInfo {
   uint64_t file_bytes = 0;    // sum of the files' sizes
   uint64_t tensor_bytes = 0;  // sum of the tensors' data sizes
   uint64_t n_params = 0;
-  ActiveBytes active;         // per generated token
-  uint64_t active_params = 0; // parameters touched per generated token
+  ActiveBytes active;          // per generated token
+  uint64_t active_params = 0;  // parameters touched per generated token
 
   uint64_t active_bytes_per_token() const { return active.total(); }
 };

@@ -19,7 +19,8 @@ Result<PlanOptions> plan_options_from_config(const config::Config& c) {
 Result<std::vector<NodeSpec>> declared_nodes(const config::Config& c) {
   const std::string source = c.path.empty() ? "the config" : c.path;
   if (!c.cluster.head_memory) {
-    return Status::invalid_argument(source + ": [cluster] head_memory is not set; planning from declared figures needs every node's memory");
+    return Status::invalid_argument(
+        source + ": [cluster] head_memory is not set; planning from declared figures needs every node's memory");
   }
   NodeSpec head;
   head.name = c.cluster.head_name;
@@ -52,7 +53,7 @@ Result<std::vector<NodeSpec>> declared_nodes(const config::Config& c) {
 }
 
 Result<std::optional<std::pair<int, int>>> declared_layer_range(const config::Config& c, const ModelInfo& info,
-                                                                 const std::string& name) {
+                                                                const std::string& name) {
   auto nodes = declared_nodes(c);
   if (!nodes.is_ok()) return nodes.status();
   auto options = plan_options_from_config(c);

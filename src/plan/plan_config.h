@@ -26,6 +26,6 @@ Result<std::vector<NodeSpec>> declared_nodes(const config::Config& config);
 // config's [model] layers when it gives them); nullopt when the plan gives it none. Errors: a
 // node without declared memory, a plan that does not fit, a bad hand split.
 Result<std::optional<std::pair<int, int>>> declared_layer_range(const config::Config& config, const ModelInfo& info,
-                                                                 const std::string& name);
+                                                                const std::string& name);
 
 }  // namespace tandem::plan

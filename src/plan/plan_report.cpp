@@ -22,8 +22,10 @@ std::string signed_gib(int64_t bytes) {
 }
 
 std::string layers_text(const DeviceAssignment& d) {
-  std::string t = d.n_layers == 0 ? "-" : d.n_layers == 1 ? std::to_string(d.first_layer)
-                                                           : std::to_string(d.first_layer) + "-" + std::to_string(d.first_layer + d.n_layers - 1);
+  std::string t = d.n_layers == 0 ? "-"
+                  : d.n_layers == 1
+                      ? std::to_string(d.first_layer)
+                      : std::to_string(d.first_layer) + "-" + std::to_string(d.first_layer + d.n_layers - 1);
   if (d.host || d.embedding_copy) t += " +embd";
   if (d.output) t += " +out";
   return t;
@@ -32,9 +34,10 @@ std::string layers_text(const DeviceAssignment& d) {
 std::string request_text(const ModelInfo& info, const PlanOptions& o) {
   char buf[256];
   std::snprintf(buf, sizeof buf, "%s, %u layers; context %u x %u sequences (%llu KV cells, %s), margin %.0f%% + %s",
-                info.name.empty() ? info.arch.c_str() : info.name.c_str(), info.n_layer, o.memory.context, o.memory.parallel,
-                static_cast<unsigned long long>(kv_cells(o.memory)), kv_type_name(o.memory.kv_type).c_str(),
-                o.memory.margin_fraction * 100, format_bytes(o.memory.margin_bytes).c_str());
+                info.name.empty() ? info.arch.c_str() : info.name.c_str(), info.n_layer, o.memory.context,
+                o.memory.parallel, static_cast<unsigned long long>(kv_cells(o.memory)),
+                kv_type_name(o.memory.kv_type).c_str(), o.memory.margin_fraction * 100,
+                format_bytes(o.memory.margin_bytes).c_str());
   return buf;
 }
 
@@ -44,14 +47,14 @@ std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptio
   std::ostringstream out;
   out << "model    " << request_text(info, o) << "\n\n";
   char line[320];
-  std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s %8s %8s %9s %8s\n", "node", "device", "layers", "weights",
-                "KV", "compute", "free", "margin", "headroom", "ms/tok");
+  std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s %8s %8s %9s %8s\n", "node", "device", "layers",
+                "weights", "KV", "compute", "free", "margin", "headroom", "ms/tok");
   out << line;
   for (const DeviceAssignment& d : plan.devices) {
-    std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s %8s %8s %9s %8.2f\n", d.node.c_str(), d.device.c_str(),
-                  layers_text(d).c_str(), gib(d.weights).c_str(), gib(d.kv).c_str(), gib(d.compute).c_str(),
-                  gib(d.free_bytes).c_str(), gib(d.margin).c_str(), signed_gib(d.headroom()).c_str(),
-                  d.seconds_per_token * 1e3);
+    std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s %8s %8s %9s %8.2f\n", d.node.c_str(),
+                  d.device.c_str(), layers_text(d).c_str(), gib(d.weights).c_str(), gib(d.kv).c_str(),
+                  gib(d.compute).c_str(), gib(d.free_bytes).c_str(), gib(d.margin).c_str(),
+                  signed_gib(d.headroom()).c_str(), d.seconds_per_token * 1e3);
     out << line;
   }
   out << "(GiB; headroom = free - margin - weights - KV - compute)\n";
@@ -75,13 +78,15 @@ std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptio
   }
   // An upper bound (bytes read at full bandwidth plus the link), not a prediction: real decoding
   // reaches a fraction of it (docs/benchmark.md).
-  std::snprintf(line, sizeof line, "fits: smallest headroom %s GiB; bandwidth bound %.1f tok/s (%.1f ms/token, link %.2f ms)\n",
+  std::snprintf(line, sizeof line,
+                "fits: smallest headroom %s GiB; bandwidth bound %.1f tok/s (%.1f ms/token, link %.2f ms)\n",
                 signed_gib(min_headroom).c_str(), plan.tokens_per_second(), plan.seconds_per_token * 1e3,
                 plan.link_seconds * 1e3);
   out << line;
   out << "libllama: cpu_layers " << plan.split.cpu_layers << ", device_layers [";
   for (size_t i = 0; i < plan.split.device_layers.size(); ++i) out << (i ? ", " : "") << plan.split.device_layers[i];
-  out << "], local GPUs " << (plan.split.use_local_gpus ? (plan.split.workers_first ? "yes, after the RPC servers" : "yes") : "no")
+  out << "], local GPUs "
+      << (plan.split.use_local_gpus ? (plan.split.workers_first ? "yes, after the RPC servers" : "yes") : "no")
       << ", RPC servers [";
   for (size_t i = 0; i < plan.split.rpc_nodes.size(); ++i) out << (i ? ", " : "") << plan.split.rpc_nodes[i];
   out << "]\n";

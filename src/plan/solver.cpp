@@ -17,8 +17,8 @@ constexpr int64_t kInfeasible = std::numeric_limits<int64_t>::max();
 struct FlatDevice {
   int node = 0, index = 0;  // which node, and which of its devices
   const DeviceSpec* spec = nullptr;
-  bool host = false;         // the head's first device: pays for the token embedding and host buffers
-  uint64_t usable = 0;       // free bytes after the margin
+  bool host = false;    // the head's first device: pays for the token embedding and host buffers
+  uint64_t usable = 0;  // free bytes after the margin
   uint64_t margin = 0;
   std::vector<int64_t> time_prefix;  // picoseconds to read layers [0, l) at this device's bandwidth
 };
@@ -48,7 +48,8 @@ uint64_t device_compute(const ModelCosts& c, const FlatDevice& f, int first, int
   const uint64_t host_rows = host && rows_elsewhere ? 2 * c.embedding_rows : 0;
   if (host && gpu) return compute_bytes(c, first, count, output, false, pipeline) + c.compute_host - host_rows + slots;
   const bool sparse = count > 0 && c.sparse_before[first + count] > c.sparse_before[first];
-  uint64_t bytes = compute_bytes(c, first, count, output, host, pipeline) + (!head && sparse ? c.worker_reuse_slots : 0) + slots;
+  uint64_t bytes =
+      compute_bytes(c, first, count, output, host, pipeline) + (!head && sparse ? c.worker_reuse_slots : 0) + slots;
   if (host && count == 0) bytes -= host_rows;  // within compute_host, which such a host's bytes include
   if (!head && rows_elsewhere && pipeline) bytes -= std::min(4 * c.embedding_rows, bytes);
   return bytes;
@@ -56,7 +57,9 @@ uint64_t device_compute(const ModelCosts& c, const FlatDevice& f, int first, int
 
 // A worker's device that runs layer 0 also holds a copy of the token embedding and gathers each
 // batch's rows (datapath/worker_embedding.h); the head keeps its own mapping of it.
-bool gathers_embedding(const FlatDevice& f, int first, int count, bool on) { return on && f.node != 0 && first == 0 && count > 0; }
+bool gathers_embedding(const FlatDevice& f, int first, int count, bool on) {
+  return on && f.node != 0 && first == 0 && count > 0;
+}
 
 int64_t picoseconds(uint64_t bytes, double bandwidth) {
   return static_cast<int64_t>(std::floor(static_cast<double>(bytes) * 1e12 / bandwidth));
@@ -118,7 +121,8 @@ class Solver {
 
   // Memory a device needs for layers [first, first+count); `output`: it holds the output head.
   uint64_t need(const FlatDevice& f, int first, int count, bool output, bool pipeline) const {
-    uint64_t bytes = prefix_.weights[first + count] - prefix_.weights[first] + prefix_.kv[first + count] - prefix_.kv[first];
+    uint64_t bytes =
+        prefix_.weights[first + count] - prefix_.weights[first] + prefix_.kv[first + count] - prefix_.kv[first];
     if (f.host) bytes += costs_.input_weights + costs_.other_weights + costs_.host_output;
     if (gathers_embedding(f, first, count, table_on_worker_)) bytes += costs_.input_weights;
     if (output) bytes += costs_.output_weights;
@@ -143,7 +147,8 @@ class Solver {
     c.time_ps = from.time_ps + f.time_prefix[l + n] - f.time_prefix[l];
     if (output) c.time_ps += picoseconds(costs_.output_read, f.spec->bandwidth);
     if (pays_hop) c.time_ps += hop_ps_;
-    const int64_t util = bytes == 0 ? 0 : static_cast<int64_t>(static_cast<double>(bytes) * 1e6 / static_cast<double>(f.usable));
+    const int64_t util =
+        bytes == 0 ? 0 : static_cast<int64_t>(static_cast<double>(bytes) * 1e6 / static_cast<double>(f.usable));
     c.util_ppm = std::max(from.util_ppm, util);
     return c;
   }
@@ -176,7 +181,9 @@ Cost Solver::solve_for_last(int last, bool pipeline, std::vector<int>* ranges) c
   const size_t stride = static_cast<size_t>(L + 1) * 2;
   std::vector<Cost> dp(static_cast<size_t>(m + 1) * stride);
   std::vector<int> choice(dp.size(), -1);
-  auto at = [&](int j, int l, int u) -> size_t { return static_cast<size_t>(j) * stride + static_cast<size_t>(l) * 2 + u; };
+  auto at = [&](int j, int l, int u) -> size_t {
+    return static_cast<size_t>(j) * stride + static_cast<size_t>(l) * 2 + u;
+  };
   // The last worker is on the path (on a CPU head it holds the output head): the way into the
   // workers and the way back to the head cost a crossing each.
   dp[at(0, 0, 0)] = Cost{last > 0 ? 2 * hop_ps_ : 0, 0};
@@ -236,8 +243,9 @@ std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vec
   const FlatDevice& host = s.host();
   const uint64_t host_need = s.need(host, 0, 0, false, true);
   if (host_need > host.usable) {
-    return "the head '" + nodes[0].name + "' needs " + gib(host_need) + " for the token embedding and host buffers but has " +
-           gib(host.usable) + " after the " + gib(host.margin) + " margin: short by " + gib(host_need - host.usable);
+    return "the head '" + nodes[0].name + "' needs " + gib(host_need) +
+           " for the token embedding and host buffers but has " + gib(host.usable) + " after the " + gib(host.margin) +
+           " margin: short by " + gib(host_need - host.usable);
   }
   uint64_t weights = c.input_weights + c.output_weights + c.other_weights, kv = 0, usable = 0;
   for (const LayerCost& l : c.layers) {
@@ -247,8 +255,8 @@ std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vec
   std::string where;
   for (const FlatDevice& f : s.flat()) {
     usable += f.usable;
-    where += (where.empty() ? "" : ", ") + nodes[f.node].name + (nodes[f.node].devices.size() > 1 ? "/" + f.spec->name : "") +
-             " " + gib(f.usable);
+    where += (where.empty() ? "" : ", ") + nodes[f.node].name +
+             (nodes[f.node].devices.size() > 1 ? "/" + f.spec->name : "") + " " + gib(f.usable);
   }
   const uint64_t compute = c.compute_output + c.compute_sparse + c.host_output;
   const uint64_t total = weights + kv + compute;
@@ -260,10 +268,12 @@ std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vec
   }
   uint64_t largest_layer = 0;
   for (int l = 0; l < static_cast<int>(c.layers.size()); ++l) {
-    largest_layer = std::max(largest_layer, c.layers[l].weights + c.layers[l].kv + compute_bytes(c, l, 1, false, false, true));
+    largest_layer =
+        std::max(largest_layer, c.layers[l].weights + c.layers[l].kv + compute_bytes(c, l, 1, false, false, true));
   }
-  return "in all the model fits (" + gib(total) + " of " + gib(usable) + "), but not in contiguous layer ranges on these devices (" +
-         where + "; one layer needs up to " + gib(largest_layer) + ")";
+  return "in all the model fits (" + gib(total) + " of " + gib(usable) +
+         "), but not in contiguous layer ranges on these devices (" + where + "; one layer needs up to " +
+         gib(largest_layer) + ")";
 }
 
 void fill_split(const std::vector<NodeSpec>& nodes, bool workers_first, Plan* plan) {
@@ -281,7 +291,8 @@ void fill_split(const std::vector<NodeSpec>& nodes, bool workers_first, Plan* pl
   for (size_t n = 0; n < nodes.size(); ++n) {
     bool used = false;
     const size_t begin = i;
-    for (size_t d = 0; d < nodes[n].devices.size(); ++d, ++i) used = used || plan->devices[i].n_layers > 0 || plan->devices[i].output;
+    for (size_t d = 0; d < nodes[n].devices.size(); ++d, ++i)
+      used = used || plan->devices[i].n_layers > 0 || plan->devices[i].output;
     if (n == 0 || !used) continue;
     s.rpc_nodes.push_back(nodes[n].name);
     for (size_t k = begin; k < i; ++k) workers.push_back(plan->devices[k].n_layers);
@@ -294,8 +305,8 @@ void fill_split(const std::vector<NodeSpec>& nodes, bool workers_first, Plan* pl
 }
 
 // What one device holds under the chosen ranges.
-DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCosts& c, int first, int count, bool output,
-                        bool pipeline, bool table_on_worker, bool rows_elsewhere) {
+DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCosts& c, int first, int count,
+                        bool output, bool pipeline, bool table_on_worker, bool rows_elsewhere) {
   DeviceAssignment d;
   d.node = node.name;
   d.device = f.spec->name;
@@ -389,22 +400,25 @@ namespace {
 // The plan for layer counts `ranges` (one per device in solver order) with the output head on
 // device `output_index`; `best` says whether it fits.
 Plan build_plan(const Solver& solver, const ModelCosts& c, const std::vector<NodeSpec>& nodes, const PlanOptions& o,
-                bool table_on_worker, const std::vector<int>& ranges, int output_index, bool pipeline, const Cost& best) {
+                bool table_on_worker, const std::vector<int>& ranges, int output_index, bool pipeline,
+                const Cost& best) {
   Plan plan;
   plan.pipeline = pipeline;
   const auto& flat = solver.flat();
   std::vector<DeviceAssignment> in_layer_order;
   int layer = 0;
   for (size_t j = 0; j < flat.size(); ++j) {
-    in_layer_order.push_back(assign(flat[j], nodes[flat[j].node], c, layer, ranges[j], static_cast<int>(j) == output_index,
-                                    pipeline, table_on_worker, solver.rows_elsewhere(flat[j], layer, ranges[j])));
+    in_layer_order.push_back(assign(flat[j], nodes[flat[j].node], c, layer, ranges[j],
+                                    static_cast<int>(j) == output_index, pipeline, table_on_worker,
+                                    solver.rows_elsewhere(flat[j], layer, ranges[j])));
     layer += ranges[j];
   }
   // The plan lists devices node by node, the head first, whatever order the layers run in.
   std::vector<size_t> by_node(flat.size());
   std::iota(by_node.begin(), by_node.end(), size_t{0});
-  std::sort(by_node.begin(), by_node.end(),
-            [&](size_t a, size_t b) { return std::tie(flat[a].node, flat[a].index) < std::tie(flat[b].node, flat[b].index); });
+  std::sort(by_node.begin(), by_node.end(), [&](size_t a, size_t b) {
+    return std::tie(flat[a].node, flat[a].index) < std::tie(flat[b].node, flat[b].index);
+  });
   for (size_t j : by_node) plan.devices.push_back(in_layer_order[j]);
   if (!best.feasible()) {
     plan.failure = explain_failure(solver, c, nodes, o);
@@ -454,23 +468,27 @@ std::string node_list(const std::vector<NodeSpec>& nodes) {
 // Checks a hand split against the nodes: one share per node, every layer once, one device on each
 // node that holds layers. Fills `ranges` (per device in solver order) and `last` (the last node
 // on the path).
-Status check_hand_split(const Solver& solver, const std::vector<NodeSpec>& nodes, const std::vector<config::LayerShare>& layers,
-                        int n_layer, std::vector<int>* ranges, int* last) {
+Status check_hand_split(const Solver& solver, const std::vector<NodeSpec>& nodes,
+                        const std::vector<config::LayerShare>& layers, int n_layer, std::vector<int>* ranges,
+                        int* last) {
   const std::string given = "layers '" + config::format_layers(layers) + "'";
   if (layers.size() != nodes.size()) {
     return Status::invalid_argument(given + " gives " + std::to_string(layers.size()) + " share(s) for " +
-                                    std::to_string(nodes.size()) + " nodes (one per node, head first: " + node_list(nodes) + ")");
+                                    std::to_string(nodes.size()) +
+                                    " nodes (one per node, head first: " + node_list(nodes) + ")");
   }
   int total = 0;
   for (size_t n = 0; n < nodes.size(); ++n) {
     total += layers[n].count;
     if (layers[n].count > 0 && nodes[n].devices.size() > 1) {
-      return Status::invalid_argument(given + ": " + nodes[n].name + " has " + std::to_string(nodes[n].devices.size()) +
-                                      " devices; a hand split gives layers to nodes of one device (let the planner place the others)");
+      return Status::invalid_argument(
+          given + ": " + nodes[n].name + " has " + std::to_string(nodes[n].devices.size()) +
+          " devices; a hand split gives layers to nodes of one device (let the planner place the others)");
     }
   }
   if (total != n_layer) {
-    return Status::invalid_argument(given + " covers " + std::to_string(total) + " layers, the model has " + std::to_string(n_layer));
+    return Status::invalid_argument(given + " covers " + std::to_string(total) + " layers, the model has " +
+                                    std::to_string(n_layer));
   }
   const auto& flat = solver.flat();
   ranges->assign(flat.size(), 0);
@@ -490,14 +508,16 @@ Status check_hand_split(const Solver& solver, const std::vector<NodeSpec>& nodes
   if (!order_ok) {
     const bool gpu_head = nodes[0].devices[0].kind == DeviceKind::gpu;
     return Status::invalid_argument(given + ": the ranges are not the order the layers run in (" +
-                                    (gpu_head ? "on a GPU head the workers run the first layers and the head the last"
-                                              : "on a CPU head the head runs the first layers, then each worker in turn") +
+                                    (gpu_head
+                                         ? "on a GPU head the workers run the first layers and the head the last"
+                                         : "on a CPU head the head runs the first layers, then each worker in turn") +
                                     "); these counts run as " + config::format_layers(expected));
   }
   return Status::ok();
 }
 
-Result<Plan> solve_hand_split(const ModelCosts& c, const std::vector<NodeSpec>& nodes, const PlanOptions& o, bool table_on_worker) {
+Result<Plan> solve_hand_split(const ModelCosts& c, const std::vector<NodeSpec>& nodes, const PlanOptions& o,
+                              bool table_on_worker) {
   Solver solver(c, nodes, o, table_on_worker);
   std::vector<int> ranges;
   int last = 0;
@@ -518,15 +538,17 @@ Result<Plan> solve_hand_split(const ModelCosts& c, const std::vector<NodeSpec>& 
     const Cost next = solver.extend(f, cost, layer, n, k + 1 == seq.size(), pays_hop, pipeline);
     if (!next.feasible() && short_of.empty()) {
       const uint64_t need = solver.need(f, layer, n, k + 1 == seq.size(), pipeline);
-      short_of = nodes[f.node].name + " needs " + format_bytes(need) + " for its " + std::to_string(n) + " layer(s) but has " +
-                 format_bytes(f.usable) + " after the " + format_bytes(f.margin) + " margin: short by " + format_bytes(need - f.usable);
+      short_of = nodes[f.node].name + " needs " + format_bytes(need) + " for its " + std::to_string(n) +
+                 " layer(s) but has " + format_bytes(f.usable) + " after the " + format_bytes(f.margin) +
+                 " margin: short by " + format_bytes(need - f.usable);
     }
     if (next.feasible()) cost = next;
     layer += n;
   }
   if (!short_of.empty()) cost = Cost{};
   Plan plan = build_plan(solver, c, nodes, o, table_on_worker, ranges, seq.back(), pipeline, cost);
-  if (!short_of.empty()) plan.failure = "with the hand-made split layers '" + config::format_layers(o.layers) + "', " + short_of;
+  if (!short_of.empty())
+    plan.failure = "with the hand-made split layers '" + config::format_layers(o.layers) + "', " + short_of;
   return plan;
 }
 

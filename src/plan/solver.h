@@ -38,17 +38,17 @@ struct PlanOptions {
 struct DeviceAssignment {
   std::string node, device;
   DeviceKind kind = DeviceKind::gpu;
-  std::string hardware;          // "cpu" or "gpu": what the device is (a worker's CPU has kind gpu)
-  bool head = false;             // on the head node
-  bool host = false;             // the head's CPU/host memory: also holds the token embedding
+  std::string hardware;  // "cpu" or "gpu": what the device is (a worker's CPU has kind gpu)
+  bool head = false;     // on the head node
+  bool host = false;     // the head's CPU/host memory: also holds the token embedding
   int first_layer = 0, n_layers = 0;
-  bool output = false;           // holds the output head
-  bool embedding_copy = false;   // a worker's device running layer 0: a copy of the token embedding
+  bool output = false;          // holds the output head
+  bool embedding_copy = false;  // a worker's device running layer 0: a copy of the token embedding
   uint64_t weights = 0, kv = 0, compute = 0;
   uint64_t free_bytes = 0, margin = 0;
-  double bandwidth = 0;           // bytes per second
-  bool bandwidth_assumed = false; // not given: kDefaultBandwidth
-  double seconds_per_token = 0;  // weight reads of its layers (and output head) per token
+  double bandwidth = 0;            // bytes per second
+  bool bandwidth_assumed = false;  // not given: kDefaultBandwidth
+  double seconds_per_token = 0;    // weight reads of its layers (and output head) per token
   uint64_t need() const { return weights + kv + compute; }
   // Free memory left after the model and the margin; negative when it does not fit.
   int64_t headroom() const {

@@ -18,8 +18,10 @@ uint32_t largest_context(const ModelInfo& info, const std::vector<NodeSpec>& nod
   while (lo < hi) {
     const uint32_t mid = (lo + hi + 1) / 2;
     o.memory.context = mid * 256;
-    if (fits(info, nodes, o)) lo = mid;
-    else hi = mid - 1;
+    if (fits(info, nodes, o))
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo * 256;
 }

@@ -19,9 +19,9 @@ struct ModelSpec {
   uint32_t n_head = 4;
   uint32_t n_head_kv = 2;
   uint32_t head_dim = 64;
-  uint32_t n_rot = 32;              // rotary dimensions per head (partial rotary)
-  uint32_t n_ff = 512;              // dense FFN width
-  uint32_t n_ff_exp = 256;          // expert FFN width
+  uint32_t n_rot = 32;      // rotary dimensions per head (partial rotary)
+  uint32_t n_ff = 512;      // dense FFN width
+  uint32_t n_ff_exp = 256;  // expert FFN width
   uint32_t n_expert = 8;
   uint32_t n_expert_used = 2;
   uint32_t n_expert_shared = 1;
@@ -36,21 +36,21 @@ struct ModelSpec {
   float expert_weights_scale = 1.0f;
   bool expert_weights_norm = true;
 
-  int type = 12;                    // ggml_type of the large matrices (12 = Q4_K)
+  int type = 12;                                    // ggml_type of the large matrices (12 = Q4_K)
   std::string vocab = "ggml-vocab-llama-spm.gguf";  // tokenizer source, in llama.cpp's models/
-  uint32_t n_vocab = 0;             // 0: the tokenizer's size; header-only models may set the real one
-  std::string chat_template;        // file in llama.cpp's models/templates, "" for none
-  bool header_only = false;         // write the tensor table only, no data
+  uint32_t n_vocab = 0;                             // 0: the tokenizer's size; header-only models may set the real one
+  std::string chat_template;                        // file in llama.cpp's models/templates, "" for none
+  bool header_only = false;                         // write the tensor table only, no data
   uint64_t seed = 42;
 };
 
 // One tensor of the model, in file order.
 struct TensorSpec {
   std::string name;
-  int type = 0;                     // ggml_type
+  int type = 0;  // ggml_type
   int64_t ne[4] = {1, 1, 1, 1};
   Fill fill = Fill::random;
-  float scale = 0.02f;              // standard deviation of Fill::random
+  float scale = 0.02f;  // standard deviation of Fill::random
 };
 
 // The tensor table of `spec` with `n_vocab` tokens; an error names the dimension that does not

@@ -76,9 +76,12 @@ ModelSpec tiny_qwen3moe() {
 
 std::vector<PresetInfo> presets() {
   return {
-      {"tiny", "minimax-m3, 4 layers, hidden 256, 4 experts (2 used + 1 shared), Q4_K, a BPE tokenizer, ~13 MB: tests and the demo"},
+      {"tiny",
+       "minimax-m3, 4 layers, hidden 256, 4 experts (2 used + 1 shared), Q4_K, a BPE tokenizer, ~13 MB: tests and the "
+       "demo"},
       {"tiny-qwen3moe", "qwen3moe, 2 layers, hidden 256, 4 experts (2 used), Q4_K"},
-      {"m3-proxy", "MiniMax-M3's real per-token shapes with 16 routed experts instead of 128, IQ4_XS, ~34 GB: GPU benchmarks"},
+      {"m3-proxy",
+       "MiniMax-M3's real per-token shapes with 16 routed experts instead of 128, IQ4_XS, ~34 GB: GPU benchmarks"},
       {"m3", "the real MiniMax-M3 (~428B parameters, 128 experts), IQ4_XS; use with --header-only"},
   };
 }

@@ -55,9 +55,12 @@ constexpr float kSqrt3 = 1.7320508f;
 
 float value(Fill fill, float scale, Rng& rng) {
   switch (fill) {
-    case Fill::ones: return 1.0f + 0.01f * rng.uniform();
-    case Fill::zeros: return 0.0f;
-    case Fill::random: break;
+    case Fill::ones:
+      return 1.0f + 0.01f * rng.uniform();
+    case Fill::zeros:
+      return 0.0f;
+    case Fill::random:
+      break;
   }
   return scale * kSqrt3 * rng.uniform();
 }
@@ -142,15 +145,19 @@ void fill_iq4_xs(Fill fill, float scale, int64_t n_blocks, Rng& rng, uint8_t* ou
 
 bool generatable_type(int type) {
   switch (static_cast<ggml_type>(type)) {
-    case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_K: case GGML_TYPE_IQ4_XS:
+    case GGML_TYPE_F32:
+    case GGML_TYPE_F16:
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_IQ4_XS:
       return true;
     default:
       return false;
   }
 }
 
-void fill_rows(int type, Fill fill, float scale, int64_t row_len, int64_t n_rows, uint64_t seed,
-               uint64_t stream, void* out) {
+void fill_rows(int type, Fill fill, float scale, int64_t row_len, int64_t n_rows, uint64_t seed, uint64_t stream,
+               void* out) {
   Rng rng(seed, stream);
   auto* bytes = static_cast<uint8_t*>(out);
   const int64_t n = row_len * n_rows;
@@ -165,10 +172,17 @@ void fill_rows(int type, Fill fill, float scale, int64_t row_len, int64_t n_rows
       for (int64_t i = 0; i < n; ++i) h[i] = ggml_fp32_to_fp16(value(fill, scale, rng));
       break;
     }
-    case GGML_TYPE_Q8_0: fill_q8_0(fill, scale, n / 32, rng, bytes); break;
-    case GGML_TYPE_Q4_K: fill_q4_k(fill, scale, n / kQK, rng, bytes); break;
-    case GGML_TYPE_IQ4_XS: fill_iq4_xs(fill, scale, n / kQK, rng, bytes); break;
-    default: break;  // callers check generatable_type() first
+    case GGML_TYPE_Q8_0:
+      fill_q8_0(fill, scale, n / 32, rng, bytes);
+      break;
+    case GGML_TYPE_Q4_K:
+      fill_q4_k(fill, scale, n / kQK, rng, bytes);
+      break;
+    case GGML_TYPE_IQ4_XS:
+      fill_iq4_xs(fill, scale, n / kQK, rng, bytes);
+      break;
+    default:
+      break;  // callers check generatable_type() first
   }
 }
 

@@ -19,7 +19,7 @@ bool generatable_type(int type);
 
 // Fills `n_rows` rows of `row_len` elements of `type` into `out` (ggml_row_size(type, row_len)
 // bytes per row). `stream` seeds the generator: equal (seed, stream) give equal bytes.
-void fill_rows(int type, Fill fill, float scale, int64_t row_len, int64_t n_rows, uint64_t seed,
-               uint64_t stream, void* out);
+void fill_rows(int type, Fill fill, float scale, int64_t row_len, int64_t n_rows, uint64_t seed, uint64_t stream,
+               void* out);
 
 }  // namespace tandem::synth

@@ -105,27 +105,40 @@ void qwen3moe(Table& t, const ModelSpec& s) {
 
 Status validate_spec(const ModelSpec& s) {
   auto bad = [](const std::string& m) { return Status::invalid_argument(m); };
-  if (s.arch != "minimax-m3" && s.arch != "qwen3moe") return bad("unknown architecture '" + s.arch + "' (supported: minimax-m3, qwen3moe)");
-  if (!generatable_type(s.type)) return bad("weight type " + std::string(ggml_type_name(static_cast<ggml_type>(s.type))) + " cannot be generated (use F32, F16, Q8_0, Q4_K or IQ4_XS)");
+  if (s.arch != "minimax-m3" && s.arch != "qwen3moe")
+    return bad("unknown architecture '" + s.arch + "' (supported: minimax-m3, qwen3moe)");
+  if (!generatable_type(s.type))
+    return bad("weight type " + std::string(ggml_type_name(static_cast<ggml_type>(s.type))) +
+               " cannot be generated (use F32, F16, Q8_0, Q4_K or IQ4_XS)");
   if (s.n_layer < 1 || s.n_layer > 512) return bad("layers must be in 1..512, got " + std::to_string(s.n_layer));
-  if (s.n_embd < 32 || s.n_embd % 32 != 0) return bad("hidden size must be a positive multiple of 32, got " + std::to_string(s.n_embd));
+  if (s.n_embd < 32 || s.n_embd % 32 != 0)
+    return bad("hidden size must be a positive multiple of 32, got " + std::to_string(s.n_embd));
   if (s.n_head == 0 || s.n_head_kv == 0 || s.n_head % s.n_head_kv != 0) {
-    return bad("query heads (" + std::to_string(s.n_head) + ") must be a positive multiple of key/value heads (" + std::to_string(s.n_head_kv) + ")");
+    return bad("query heads (" + std::to_string(s.n_head) + ") must be a positive multiple of key/value heads (" +
+               std::to_string(s.n_head_kv) + ")");
   }
-  if (s.head_dim == 0 || s.head_dim % 2 != 0) return bad("head size must be even and positive, got " + std::to_string(s.head_dim));
-  if (s.n_rot == 0 || s.n_rot % 2 != 0 || s.n_rot > s.head_dim) return bad("rotary dimensions must be even and at most the head size, got " + std::to_string(s.n_rot));
+  if (s.head_dim == 0 || s.head_dim % 2 != 0)
+    return bad("head size must be even and positive, got " + std::to_string(s.head_dim));
+  if (s.n_rot == 0 || s.n_rot % 2 != 0 || s.n_rot > s.head_dim)
+    return bad("rotary dimensions must be even and at most the head size, got " + std::to_string(s.n_rot));
   if (s.n_expert == 0 || s.n_expert > 1024) return bad("experts must be in 1..1024, got " + std::to_string(s.n_expert));
   if (s.n_expert_used == 0 || s.n_expert_used > s.n_expert) {
     return bad("used experts must be in 1.." + std::to_string(s.n_expert) + ", got " + std::to_string(s.n_expert_used));
   }
-  if (s.n_ff_exp == 0 || s.n_ff_exp % 32 != 0) return bad("expert FFN size must be a positive multiple of 32, got " + std::to_string(s.n_ff_exp));
-  if (s.arch == "qwen3moe" && s.n_rot != s.head_dim) return bad("qwen3moe rotates whole heads: rotary dimensions must equal the head size");
+  if (s.n_ff_exp == 0 || s.n_ff_exp % 32 != 0)
+    return bad("expert FFN size must be a positive multiple of 32, got " + std::to_string(s.n_ff_exp));
+  if (s.arch == "qwen3moe" && s.n_rot != s.head_dim)
+    return bad("qwen3moe rotates whole heads: rotary dimensions must equal the head size");
   if (s.arch == "minimax-m3") {
-    if (s.n_layer_dense_lead > s.n_layer) return bad("dense layers (" + std::to_string(s.n_layer_dense_lead) + ") exceed layers (" + std::to_string(s.n_layer) + ")");
-    if (s.n_layer_dense_lead > 0 && (s.n_ff == 0 || s.n_ff % 32 != 0)) return bad("dense FFN size must be a positive multiple of 32, got " + std::to_string(s.n_ff));
+    if (s.n_layer_dense_lead > s.n_layer)
+      return bad("dense layers (" + std::to_string(s.n_layer_dense_lead) + ") exceed layers (" +
+                 std::to_string(s.n_layer) + ")");
+    if (s.n_layer_dense_lead > 0 && (s.n_ff == 0 || s.n_ff % 32 != 0))
+      return bad("dense FFN size must be a positive multiple of 32, got " + std::to_string(s.n_ff));
     if (s.n_expert_shared == 0) return bad("minimax-m3 needs at least one shared expert");
     if (s.indexer_head_size < s.n_rot || s.indexer_head_size % 32 != 0) {
-      return bad("indexer key length must be a multiple of 32 and at least the rotary dimensions, got " + std::to_string(s.indexer_head_size));
+      return bad("indexer key length must be a multiple of 32 and at least the rotary dimensions, got " +
+                 std::to_string(s.indexer_head_size));
     }
     if (s.indexer_block_size == 0 || s.indexer_top_k == 0) return bad("indexer block size and top-k must be positive");
   }
@@ -136,9 +149,12 @@ Result<std::vector<TensorSpec>> tensor_table(const ModelSpec& spec, uint32_t n_v
   TANDEM_RETURN_IF_ERROR(validate_spec(spec));
   if (n_vocab == 0) return Status::invalid_argument("vocabulary size must be positive");
   Table t(spec);
-  t.matrix("token_embd.weight", spec.n_embd, n_vocab, 1, std::sqrt(static_cast<float>(spec.n_embd)));  // unit-variance rows
-  if (spec.arch == "minimax-m3") minimax_m3(t, spec);
-  else qwen3moe(t, spec);
+  t.matrix("token_embd.weight", spec.n_embd, n_vocab, 1,
+           std::sqrt(static_cast<float>(spec.n_embd)));  // unit-variance rows
+  if (spec.arch == "minimax-m3")
+    minimax_m3(t, spec);
+  else
+    qwen3moe(t, spec);
   t.f32("output_norm.weight", spec.n_embd, 1, Fill::ones);
   t.matrix("output.weight", spec.n_embd, n_vocab, 1, 3.0f);  // logits with a spread of ~3
   return std::move(t.out);

@@ -61,7 +61,8 @@ class File {
     return write(zeros, pad);
   }
   Status sync_and_close() {
-    if (::fdatasync(fd_) != 0) return Status::resource_exhausted(path_ + ": flushing to disk failed: " + std::strerror(errno));
+    if (::fdatasync(fd_) != 0)
+      return Status::resource_exhausted(path_ + ": flushing to disk failed: " + std::strerror(errno));
     const int fd = fd_;
     fd_ = -1;
     if (::close(fd) != 0) return Status::resource_exhausted(path_ + ": close failed: " + std::strerror(errno));
@@ -87,12 +88,18 @@ Result<std::string> read_text_file(const std::string& path) {
 // MOSTLY_Q8_0 7, MOSTLY_Q4_K_S 14, MOSTLY_IQ4_XS 30).
 uint32_t llama_file_type(int type) {
   switch (static_cast<ggml_type>(type)) {
-    case GGML_TYPE_F32: return 0;
-    case GGML_TYPE_F16: return 1;
-    case GGML_TYPE_Q8_0: return 7;
-    case GGML_TYPE_Q4_K: return 14;
-    case GGML_TYPE_IQ4_XS: return 30;
-    default: return 0;
+    case GGML_TYPE_F32:
+      return 0;
+    case GGML_TYPE_F16:
+      return 1;
+    case GGML_TYPE_Q8_0:
+      return 7;
+    case GGML_TYPE_Q4_K:
+      return 14;
+    case GGML_TYPE_IQ4_XS:
+      return 30;
+    default:
+      return 0;
   }
 }
 

@@ -22,7 +22,7 @@ struct SynthResult {
   uint64_t file_bytes = 0;
   uint64_t n_params = 0;
   uint64_t active_bytes_per_token = 0;
-  double seconds = 0;       // wall time of the whole write, flushed to disk
+  double seconds = 0;  // wall time of the whole write, flushed to disk
   double bytes_per_s = 0;
 };
 

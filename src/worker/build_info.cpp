@@ -12,7 +12,8 @@ namespace {
 std::string cpu_features() {
   ggml_backend_reg_t cpu = ggml_backend_reg_by_name("CPU");
   if (cpu == nullptr) return "";
-  auto get = reinterpret_cast<ggml_backend_get_features_t>(ggml_backend_reg_get_proc_address(cpu, "ggml_backend_get_features"));
+  auto get = reinterpret_cast<ggml_backend_get_features_t>(
+      ggml_backend_reg_get_proc_address(cpu, "ggml_backend_get_features"));
   if (get == nullptr) return "";
   std::string out;
   for (const ggml_backend_feature* f = get(cpu); f != nullptr && f->name != nullptr; ++f) {
@@ -29,7 +30,8 @@ BuildInfo build_info() {
   b.tandem_version = TANDEM_VERSION;
   b.llama_tag = TANDEM_LLAMA_TAG;
   b.llama_commit = TANDEM_LLAMA_COMMIT;
-  for (size_t i = 0; i < ggml_backend_reg_count(); ++i) b.backends.emplace_back(ggml_backend_reg_name(ggml_backend_reg_get(i)));
+  for (size_t i = 0; i < ggml_backend_reg_count(); ++i)
+    b.backends.emplace_back(ggml_backend_reg_name(ggml_backend_reg_get(i)));
   b.cpu_features = cpu_features();
   return b;
 }

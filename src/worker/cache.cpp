@@ -26,7 +26,8 @@ Status write_all(int fd, const char* data, size_t size, const std::string& path)
     const ssize_t w = ::write(fd, data, size);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      return Status::resource_exhausted("writing cache file " + path + ": " + (w < 0 ? std::strerror(errno) : "no progress"));
+      return Status::resource_exhausted("writing cache file " + path + ": " +
+                                        (w < 0 ? std::strerror(errno) : "no progress"));
     }
     data += w;
     size -= static_cast<size_t>(w);
@@ -152,7 +153,8 @@ Result<SeedResult> seed_cache(const SeedOptions& o) {
     ::close(out);
     if (!copied.is_ok() || copied.value() != hash.value()) {
       ::unlink(tmp.c_str());
-      return copied.is_ok() ? Status::internal(path + ": tensor " + t.name + " changed while seeding") : copied.status();
+      return copied.is_ok() ? Status::internal(path + ": tensor " + t.name + " changed while seeding")
+                            : copied.status();
     }
     if (::rename(tmp.c_str(), dest.c_str()) != 0) return Status::internal(dest.string() + ": " + std::strerror(errno));
     ++r.tensors_written;

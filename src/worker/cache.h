@@ -29,7 +29,7 @@ using tandem::kHashThreshold;
 using tandem::kSeedThreshold;
 
 struct CacheEntry {
-  std::string name;       // file name (the hash)
+  std::string name;  // file name (the hash)
   uint64_t bytes = 0;
   std::time_t last_used = 0;  // latest of access and modification time
 };
@@ -49,15 +49,15 @@ CacheStats cache_stats(const std::string& dir);  // zeros when the folder is mis
 Result<uint64_t> enforce_cache_limit(const std::string& dir, uint64_t max_bytes);
 
 struct SeedOptions {
-  std::string model;        // GGUF, first split of a split model
+  std::string model;  // GGUF, first split of a split model
   std::string cache_dir;
-  int first_layer = -1;     // with last_layer: only blk.A..B (other tensors always); -1: all
+  int first_layer = -1;  // with last_layer: only blk.A..B (other tensors always); -1: all
   int last_layer = -1;
 };
 
 struct SeedResult {
   uint64_t tensors_written = 0, bytes_written = 0;
-  uint64_t tensors_present = 0;   // already in the cache
+  uint64_t tensors_present = 0;                 // already in the cache
   uint64_t tensors_small = 0, bytes_small = 0;  // at or below the threshold: they will travel
 };
 

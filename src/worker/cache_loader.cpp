@@ -60,7 +60,7 @@ struct CacheLoader::Impl {
 
   CacheLoaderOptions o;
   unsigned readers = 2;
-  std::mutex mutex;  // one load at a time; release() waits for it
+  std::mutex mutex;                                                    // one load at a time; release() waits for it
   std::map<ggml_backend_buffer_type_t, std::vector<Staging>> staging;  // by host buffer type
   CacheLoaderStats stats;
 
@@ -108,10 +108,11 @@ Status CacheLoader::load(ggml_tensor* tensor, const CachedMarker& marker) {
     return Status::invalid_argument("cached weight " + name + " is " + format_bytes(marker.bytes) + " but tensor " +
                                     tensor->name + " holds " + format_bytes(bytes));
   }
-  if (tensor->buffer == nullptr) return Status::invalid_argument("tensor " + std::string(tensor->name) + " has no buffer");
+  if (tensor->buffer == nullptr)
+    return Status::invalid_argument("tensor " + std::string(tensor->name) + " has no buffer");
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  struct stat st{};
+  struct stat st {};
   if (f.fd < 0 || ::fstat(f.fd, &st) != 0) return Status::not_found(path + ": " + std::strerror(errno));
   if (static_cast<uint64_t>(st.st_size) != bytes) {
     return Status::invalid_argument(path + " has " + format_bytes(static_cast<uint64_t>(st.st_size)) + ", the weight " +
@@ -182,9 +183,10 @@ bool load_marker(ggml_tensor* tensor, const void* data, size_t offset, size_t si
   if (!marker) return false;
   const Status s = g_loader->load(tensor, *marker);
   if (s.is_ok()) return true;
-  log::error("rpc-server", "cannot load cached weight " + std::string(tensor->name) + ": " + s.message() +
-                               "; the RPC server stops so that the head's load fails rather than compute with an unfilled "
-                               "weight (the worker restarts it)");
+  log::error("rpc-server",
+             "cannot load cached weight " + std::string(tensor->name) + ": " + s.message() +
+                 "; the RPC server stops so that the head's load fails rather than compute with an unfilled "
+                 "weight (the worker restarts it)");
   std::fflush(nullptr);
   // With JSON logs a thread of this process relays stderr through a pipe (worker/rpc_server.cpp):
   // give it the moment it needs to pass the reason on.
@@ -196,8 +198,9 @@ bool load_marker(ggml_tensor* tensor, const void* data, size_t offset, size_t si
 
 Status install_cache_loader(CacheLoaderOptions options) {
   if (!datapath::tensor_set_interposed()) {
-    return Status::internal("this tandem binary does not interpose ggml_backend_tensor_set, so it cannot load cached "
-                            "weights (a build problem)");
+    return Status::internal(
+        "this tandem binary does not interpose ggml_backend_tensor_set, so it cannot load cached "
+        "weights (a build problem)");
   }
   g_loader = std::make_unique<CacheLoader>(std::move(options));
   datapath::add_tensor_set_hook(&load_marker);

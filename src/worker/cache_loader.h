@@ -16,8 +16,8 @@
 #include <string>
 
 #include "common/cached_tensor.h"
-#include "link/protocol.h"
 #include "common/status.h"
+#include "link/protocol.h"
 
 struct ggml_tensor;
 
@@ -25,9 +25,9 @@ namespace tandem::worker {
 
 struct CacheLoaderOptions {
   std::string cache_dir;
-  int threads = 0;                      // parallel readers; 0: half the cores, 2 to 8
-  size_t chunk_bytes = 16ull << 20;     // what one reader reads and copies at a time
-  bool stage_host_buffers = false;      // copy through staging buffers even into host memory (tests)
+  int threads = 0;                   // parallel readers; 0: half the cores, 2 to 8
+  size_t chunk_bytes = 16ull << 20;  // what one reader reads and copies at a time
+  bool stage_host_buffers = false;   // copy through staging buffers even into host memory (tests)
 };
 
 struct CacheLoaderStats {

@@ -17,8 +17,8 @@
 #include <sstream>
 
 #include "common/log.h"
-#include "worker/cache_loader.h"
 #include "datapath/input_writes.h"
+#include "worker/cache_loader.h"
 #include "worker/rpc_server.h"
 
 extern char** environ;
@@ -27,10 +27,14 @@ namespace tandem::worker {
 
 const char* child_state_name(ChildState s) {
   switch (s) {
-    case ChildState::starting: return "starting";
-    case ChildState::running: return "running";
-    case ChildState::restarting: return "restarting";
-    case ChildState::stopped: return "stopped";
+    case ChildState::starting:
+      return "starting";
+    case ChildState::running:
+      return "running";
+    case ChildState::restarting:
+      return "restarting";
+    case ChildState::stopped:
+      return "stopped";
   }
   return "?";
 }
@@ -48,7 +52,8 @@ std::string describe_exit(int st) {
     return "stopped because the head's repeated-input marker named a slot it does not hold (its log line says which)";
   }
   if (WIFEXITED(st)) return "exited with status " + std::to_string(WEXITSTATUS(st));
-  if (WIFSIGNALED(st)) return std::string("killed by signal ") + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
+  if (WIFSIGNALED(st))
+    return std::string("killed by signal ") + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
   return "ended";
 }
 
@@ -98,7 +103,8 @@ Status RpcChild::setup_namespace() {
     const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     ifreq ifr{};
     std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-    if (s < 0 || ::ioctl(s, SIOCGIFFLAGS, &ifr) != 0 || (ifr.ifr_flags |= IFF_UP | IFF_RUNNING, ::ioctl(s, SIOCSIFFLAGS, &ifr) != 0)) {
+    if (s < 0 || ::ioctl(s, SIOCGIFFLAGS, &ifr) != 0 ||
+        (ifr.ifr_flags |= IFF_UP | IFF_RUNNING, ::ioctl(s, SIOCSIFFLAGS, &ifr) != 0)) {
       why = std::string("bringing up loopback in the new namespace: ") + std::strerror(errno);
     } else {
       netns_fd_ = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -120,7 +126,8 @@ Status RpcChild::start() {
   if (port_ == 0) port_ = pick_free_loopback_port();
   if (port_ == 0) return Status::unavailable("no free loopback port for the RPC server");
   if (netns_fd_ < 0) {
-    isolation_ += "; the RPC server listens on 127.0.0.1:" + std::to_string(port_) + ", open to every user of this host";
+    isolation_ +=
+        "; the RPC server listens on 127.0.0.1:" + std::to_string(port_) + ", open to every user of this host";
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -132,8 +139,9 @@ Status RpcChild::start() {
   changed_.wait_for(lock, options_.ready_timeout + std::chrono::seconds(1),
                     [&] { return state_ == ChildState::running || (starts_ >= 1 && state_ != ChildState::starting); });
   if (state_ == ChildState::running) return Status::ok();
-  const std::string why = last_exit_.empty() ? "it did not listen within " + std::to_string(options_.ready_timeout.count()) + " ms"
-                                             : "it " + last_exit_;
+  const std::string why = last_exit_.empty()
+                              ? "it did not listen within " + std::to_string(options_.ready_timeout.count()) + " ms"
+                              : "it " + last_exit_;
   lock.unlock();
   stop();
   return Status::unavailable("the RPC server could not start: " + why + " (its output is above)");
@@ -164,8 +172,13 @@ pid_t RpcChild::spawn() {
     exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     if (ec) exe = "/proc/self/exe";
   }
-  std::vector<std::string> args = {exe, "worker", "rpc-server", "--endpoint", "127.0.0.1:" + std::to_string(port_),
-                                   "--threads", std::to_string(options_.threads)};
+  std::vector<std::string> args = {exe,
+                                   "worker",
+                                   "rpc-server",
+                                   "--endpoint",
+                                   "127.0.0.1:" + std::to_string(port_),
+                                   "--threads",
+                                   std::to_string(options_.threads)};
   for (const auto& d : options_.devices) args.insert(args.end(), {"--device", d});
   if (!options_.cache_dir.empty()) args.insert(args.end(), {"--cache-dir", options_.cache_dir});
   if (!options_.async_input_writes) args.emplace_back("--sync-input-writes");
@@ -263,7 +276,8 @@ void RpcChild::emit(const std::string& event, const std::string& detail) {
 Result<link::Fd> RpcChild::connect(link::Millis timeout) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (state_ != ChildState::running) return Status::unavailable(std::string("the RPC server is ") + child_state_name(state_));
+    if (state_ != ChildState::running)
+      return Status::unavailable(std::string("the RPC server is ") + child_state_name(state_));
   }
   const link::Endpoint ep{"127.0.0.1", port_};
   if (netns_fd_ < 0) return link::connect_tcp(ep, link::deadline_in(timeout));

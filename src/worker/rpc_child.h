@@ -36,9 +36,9 @@ struct RpcChildOptions {
   int threads = 0;                   // CPU threads; 0: all cores
   bool cuda_graphs = true;           // false: GGML_CUDA_DISABLE_GRAPHS=1 in the child's environment
   bool backtraces = false;           // false: GGML_NO_BACKTRACE=1, no gdb output when the child aborts
-  bool async_input_writes = true;    // false: the child writes each step's inputs as ggml does (datapath/input_writes.h)
-  bool private_netns = true;         // false: do not even try (tests of the fallback)
-  link::Millis ready_timeout{60000}; // from spawn until the child listens
+  bool async_input_writes = true;  // false: the child writes each step's inputs as ggml does (datapath/input_writes.h)
+  bool private_netns = true;       // false: do not even try (tests of the fallback)
+  link::Millis ready_timeout{60000};  // from spawn until the child listens
   link::Millis restart_delay{1000};
 };
 
@@ -48,11 +48,11 @@ const char* child_state_name(ChildState s);
 struct RpcChildInfo {
   ChildState state = ChildState::stopped;
   pid_t pid = 0;
-  uint64_t starts = 0;     // spawns so far (1 after a clean start)
-  std::string last_exit;   // e.g. "killed by signal 9", "" if it never exited
-  bool isolated = false;   // runs in a private network namespace
-  std::string isolation;   // one sentence: how it is isolated, or why it is not
-  uint16_t port = 0;       // its port (inside its namespace when isolated)
+  uint64_t starts = 0;    // spawns so far (1 after a clean start)
+  std::string last_exit;  // e.g. "killed by signal 9", "" if it never exited
+  bool isolated = false;  // runs in a private network namespace
+  std::string isolation;  // one sentence: how it is isolated, or why it is not
+  uint16_t port = 0;      // its port (inside its namespace when isolated)
 };
 
 // Thread-safety: all public methods may be called from any thread.
@@ -65,7 +65,9 @@ class RpcChild {
 
   // Called on the supervisor thread with a one-line description of each exit and restart.
   // Set before start().
-  void on_event(std::function<void(const std::string& event, const std::string& detail)> fn) { on_event_ = std::move(fn); }
+  void on_event(std::function<void(const std::string& event, const std::string& detail)> fn) {
+    on_event_ = std::move(fn);
+  }
 
   // Sets up the namespace (or notes why not), spawns the child and waits until it listens.
   // Errors: the child could not start or did not listen within ready_timeout.

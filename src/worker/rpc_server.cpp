@@ -14,8 +14,8 @@
 #include "common/cpu_cores.h"
 #include "common/log.h"
 #include "common/units.h"
-#include "worker/cache_loader.h"
 #include "datapath/input_writes.h"
+#include "worker/cache_loader.h"
 
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
@@ -92,7 +92,7 @@ void on_release_signal(int) {
 void keep_large_blocks_in_heap() {
   ::mallopt(M_MMAP_MAX, 0);
   ::mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_release_signal;
   sa.sa_flags = SA_RESTART;
   ::sigaction(kReleaseMemorySignal, &sa, nullptr);
@@ -107,9 +107,11 @@ void keep_large_blocks_in_heap() {
       if (const datapath::StepWork w = datapath::take_step_work(); w.graphs > 0) {
         // Against the head's wait for this worker (its one-shot profile), this says what the
         // device's work was and what the hand-over cost.
-        std::snprintf(line, sizeof line, "the session's steps: %llu graphs computed in %.2f s (%.2f ms each), "
-                      "%llu step inputs placed in %.3f s (%llu expanded from runs)", static_cast<unsigned long long>(w.graphs),
-                      w.graph_s, w.graph_s * 1e3 / static_cast<double>(w.graphs), static_cast<unsigned long long>(w.writes),
+        std::snprintf(line, sizeof line,
+                      "the session's steps: %llu graphs computed in %.2f s (%.2f ms each), "
+                      "%llu step inputs placed in %.3f s (%llu expanded from runs)",
+                      static_cast<unsigned long long>(w.graphs), w.graph_s,
+                      w.graph_s * 1e3 / static_cast<double>(w.graphs), static_cast<unsigned long long>(w.writes),
                       w.write_s, static_cast<unsigned long long>(w.runs));
         log::info("rpc-server", line);
       }

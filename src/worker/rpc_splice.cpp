@@ -11,19 +11,19 @@
 #include <vector>
 
 #include "common/cached_tensor.h"
-#include "datapath/input_reuse.h"
 #include "common/units.h"
-#include "link/splice.h"
+#include "datapath/input_reuse.h"
 #include "link/protocol.h"
+#include "link/splice.h"
 
 namespace tandem::worker {
 
-using link::ReuseOp;
-using link::kReuseMarkerSize;
-using link::parse_reuse_marker;
 using link::CachedMarker;
 using link::kCachedMarkerSize;
+using link::kReuseMarkerSize;
 using link::parse_cached_marker;
+using link::parse_reuse_marker;
+using link::ReuseOp;
 namespace {
 
 // ggml-rpc's private command numbers, checked against the pinned source at build time
@@ -117,11 +117,13 @@ class Session {
 
   std::string check_cache(const CachedMarker& m) const {
     const std::string path = o_.cache_dir + "/" + hash_name(m.hash);
-    struct stat st{};
-    if (o_.cache_dir.empty()) return "the head asked for cached weight " + hash_name(m.hash) + " but this worker has no --cache-dir";
+    struct stat st {};
+    if (o_.cache_dir.empty())
+      return "the head asked for cached weight " + hash_name(m.hash) + " but this worker has no --cache-dir";
     if (::stat(path.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != m.bytes) {
-      return "the head asked for cached weight " + hash_name(m.hash) + " (" + format_bytes(m.bytes) + "), which is not in " +
-             o_.cache_dir + " (evicted or removed since the head listed the cache); the head's load fails and is retried";
+      return "the head asked for cached weight " + hash_name(m.hash) + " (" + format_bytes(m.bytes) +
+             "), which is not in " + o_.cache_dir +
+             " (evicted or removed since the head listed the cache); the head's load fails and is retried";
     }
     return "";
   }
@@ -130,8 +132,8 @@ class Session {
     std::vector<uint8_t> buf(kBuffer);
     uint8_t hdr[9];
     size_t hdr_len = 0;
-    uint64_t pass = 0;             // payload bytes of the current frame still to copy through
-    std::vector<uint8_t> small;    // a small SET_TENSOR frame being collected
+    uint64_t pass = 0;           // payload bytes of the current frame still to copy through
+    std::vector<uint8_t> small;  // a small SET_TENSOR frame being collected
     uint64_t small_want = 0;
     for (;;) {
       // The rest of a large frame (a weight, a batch's hidden state) goes through the kernel.

@@ -30,7 +30,7 @@ struct RpcSpliceResult {
   // Step inputs the head sent as copy markers (datapath/input_reuse.h), and the bytes they stood for.
   uint64_t input_copies = 0;
   uint64_t input_bytes_not_sent = 0;
-  std::string error;          // why the splice cut the session itself ("" when a peer ended it)
+  std::string error;  // why the splice cut the session itself ("" when a peer ended it)
 };
 
 // Runs until either side ends or fails; then both sockets are shut down (not closed). A marker

@@ -39,7 +39,9 @@ std::string host_of(const std::string& address) { return address.substr(0, addre
 }  // namespace
 
 Worker::Worker(WorkerOptions options, link::Secret secret)
-    : options_(std::move(options)), secret_(std::move(secret)), started_(std::chrono::steady_clock::now()),
+    : options_(std::move(options)),
+      secret_(std::move(secret)),
+      started_(std::chrono::steady_clock::now()),
       child_(options_.rpc) {}
 
 Worker::~Worker() { stop(); }
@@ -68,7 +70,7 @@ Status Worker::start() {
   accepting_ = true;
   accept_thread_ = std::thread(&Worker::accept_loop, this);
   log::info("worker", "'" + options_.handshake.name + "': listening on " +
-                 link::Endpoint{options_.listen.host, port_}.to_string());
+                          link::Endpoint{options_.listen.host, port_}.to_string());
   return Status::ok();
 }
 
@@ -111,7 +113,7 @@ void Worker::accept_loop() {
     if (handshaking_.load() >= kMaxHandshakes) {
       ++refused_;
       log::info("worker", "connection from " + link::peer_address(fd) + ": role ?: refused: " +
-                     std::to_string(kMaxHandshakes) + " handshakes already in progress");
+                              std::to_string(kMaxHandshakes) + " handshakes already in progress");
       ::close(fd);
       continue;
     }
@@ -128,8 +130,8 @@ void Worker::accept_loop() {
 void Worker::serve(int raw_fd) {
   link::Fd fd(raw_fd);
   link::PeerInfo seen;
-  auto peer = link::server_handshake(fd.get(), secret_, options_.handshake, [&](const link::PeerInfo& p) { return admit(p, fd.get()); },
-                                     &seen);
+  auto peer = link::server_handshake(
+      fd.get(), secret_, options_.handshake, [&](const link::PeerInfo& p) { return admit(p, fd.get()); }, &seen);
   --handshaking_;
   const std::string who = "connection from " + seen.address + ": role " +
                           (seen.role_known ? link::role_name(seen.role) : "?") +
@@ -173,7 +175,8 @@ link::Verdict Worker::admit(const link::PeerInfo& peer, int peer_fd) {
   // busy meanwhile kept the cluster down long after the cable was back: replace it.
   const bool same_head = rpc_busy_ && peer.name == head_name_ && host_of(peer.address) == host_of(head_address_);
   if (same_head && !head_hung_up()) {
-    log::info("worker", "head '" + peer.name + "' reconnected; ending its previous rpc session (" + head_address_ + ")");
+    log::info("worker",
+              "head '" + peer.name + "' reconnected; ending its previous rpc session (" + head_address_ + ")");
     ::shutdown(head_fd_, SHUT_RDWR);
   }
   // A head that just closed its session may reconnect before our splice has noticed; wait for
@@ -182,8 +185,8 @@ link::Verdict Worker::admit(const link::PeerInfo& peer, int peer_fd) {
     rpc_free_.wait_for(lock, std::chrono::seconds(2), [&] { return !rpc_busy_ || stopping_; });
   }
   if (rpc_busy_) {
-    return {link::VerdictCode::busy, "worker '" + options_.handshake.name + "' already serves head '" + head_name_ + "' (" +
-                                         head_address_ + ") since " + head_since_ + "; one head at a time"};
+    return {link::VerdictCode::busy, "worker '" + options_.handshake.name + "' already serves head '" + head_name_ +
+                                         "' (" + head_address_ + ") since " + head_since_ + "; one head at a time"};
   }
   rpc_busy_ = true;
   head_fd_ = peer_fd;
@@ -232,10 +235,12 @@ std::string Worker::serve_rpc(int fd, const link::PeerInfo& peer) {
                 format_bytes(bytes_from_head_ - in0).c_str(), format_bytes(bytes_to_head_ - out0).c_str());
   std::string out = buf;
   if (spliced.cached_loads > 0) {
-    out += ", " + std::to_string(spliced.cached_loads) + " weights (" + format_bytes(spliced.cached_bytes) + ") loaded from the cache";
+    out += ", " + std::to_string(spliced.cached_loads) + " weights (" + format_bytes(spliced.cached_bytes) +
+           ") loaded from the cache";
   }
   if (spliced.graph_computes + spliced.graph_recomputes > 0) {
-    out += ", " + std::to_string(spliced.graph_computes) + " graphs sent whole and " + std::to_string(spliced.graph_recomputes) + " re-run";
+    out += ", " + std::to_string(spliced.graph_computes) + " graphs sent whole and " +
+           std::to_string(spliced.graph_recomputes) + " re-run";
   }
   if (spliced.input_copies > 0) {
     out += ", " + std::to_string(spliced.input_copies) + " repeated inputs copied here (" +
@@ -266,7 +271,8 @@ std::string Worker::serve_control(int fd) {
     const std::string op = j.contains("op") && j["op"].is_string() ? j["op"].get<std::string>() : "";
     if (op == "ping") {
       rsp["ok"] = true;
-      rsp["result"] = {{"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()}};
+      rsp["result"] = {
+          {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()}};
     } else if (op == "status") {
       rsp["ok"] = true;
       rsp["result"] = status();
@@ -308,7 +314,7 @@ void Worker::enforce_cache_limit_now() {
   auto removed = enforce_cache_limit(dir, options_.cache_max_bytes);
   if (removed.is_ok() && removed.value() > 0) {
     log::info("worker", "weight cache over " + format_bytes(options_.cache_max_bytes) + ": evicted " +
-                   format_bytes(removed.value()) + " of least recently used entries");
+                            format_bytes(removed.value()) + " of least recently used entries");
   }
 }
 
@@ -330,8 +336,11 @@ nlohmann::json Worker::status() const {
   for (const auto& d : cluster::local_devices()) {
     const auto& chosen = options_.rpc.devices;
     if (!chosen.empty() && std::find(chosen.begin(), chosen.end(), d.name) == chosen.end()) continue;
-    devices.push_back({{"name", d.name}, {"description", d.description}, {"type", d.type},
-                       {"free_bytes", d.free_bytes}, {"total_bytes", d.total_bytes}});
+    devices.push_back({{"name", d.name},
+                       {"description", d.description},
+                       {"type", d.type},
+                       {"free_bytes", d.free_bytes},
+                       {"total_bytes", d.total_bytes}});
   }
   nlohmann::json j;
   j["name"] = options_.handshake.name;
@@ -341,14 +350,21 @@ nlohmann::json Worker::status() const {
   j["protocol"] = link::kProtocolVersion;
   j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   j["devices"] = devices;
-  j["rpc_server"] = {{"state", child_state_name(child.state)}, {"pid", child.pid},
-                     {"restarts", child.starts > 0 ? child.starts - 1 : 0}, {"last_exit", child.last_exit},
-                     {"isolated", child.isolated}, {"isolation", child.isolation}, {"port", child.port},
-                     {"cuda_graphs", options_.rpc.cuda_graphs}, {"async_input_writes", options_.rpc.async_input_writes}};
+  j["rpc_server"] = {{"state", child_state_name(child.state)},
+                     {"pid", child.pid},
+                     {"restarts", child.starts > 0 ? child.starts - 1 : 0},
+                     {"last_exit", child.last_exit},
+                     {"isolated", child.isolated},
+                     {"isolation", child.isolation},
+                     {"port", child.port},
+                     {"cuda_graphs", options_.rpc.cuda_graphs},
+                     {"async_input_writes", options_.rpc.async_input_writes}};
   j["bytes"] = {{"from_head", bytes_from_head_.load()}, {"to_head", bytes_to_head_.load()}};
   j["connections"] = {{"accepted", accepted_.load()}, {"refused", refused_.load()}};
   const CacheStats cs = options_.rpc.cache_dir.empty() ? CacheStats{} : cache_stats(options_.rpc.cache_dir);
-  j["cache"] = {{"dir", options_.rpc.cache_dir}, {"entries", cs.entries}, {"bytes", cs.bytes},
+  j["cache"] = {{"dir", options_.rpc.cache_dir},
+                {"entries", cs.entries},
+                {"bytes", cs.bytes},
                 {"max_bytes", options_.cache_max_bytes}};
   std::lock_guard<std::mutex> lock(mutex_);
   j["head"] = rpc_busy_ ? nlohmann::json{{"name", head_name_}, {"address", head_address_}, {"since", head_since_}}

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include "datapath/switches.h"
-#include "datapath/switches.h"
 #include "gateway/serve.h"
 #include "support/process.h"
 #include "test_util.h"
@@ -76,8 +75,10 @@ TEST(Cli, ServeKeepsTheEmbeddingOnTheHeadWhenThePlanSaysSo) {
   const std::vector<std::string> user = {"--no-warm-up"};
   EXPECT_EQ(gateway::engine_flags_for(split, user), user);
   split.embedding_on_worker = false;
-  EXPECT_EQ(gateway::engine_flags_for(split, user), (std::vector<std::string>{"--no-warm-up", "--no-worker-embedding"}));
-  EXPECT_EQ(gateway::engine_flags_for(split, {"--no-worker-embedding"}), (std::vector<std::string>{"--no-worker-embedding"}));
+  EXPECT_EQ(gateway::engine_flags_for(split, user),
+            (std::vector<std::string>{"--no-warm-up", "--no-worker-embedding"}));
+  EXPECT_EQ(gateway::engine_flags_for(split, {"--no-worker-embedding"}),
+            (std::vector<std::string>{"--no-worker-embedding"}));
 }
 
 TEST(Cli, InspectOfABadFileIsOneLineAndExitsOne) {
@@ -109,7 +110,8 @@ TEST(Cli, UsageErrorsExitTwo) {
 TEST(Cli, EngineGeneratesFromAPrompt) {
   ScratchDir dir;
   ASSERT_EQ(run_tandem("synth --preset tiny -o " + dir.file("t.gguf"), dir.file("")).exit_code, 0);
-  auto r = run_tandem("engine --json -m " + dir.file("t.gguf") + " -p 'Once upon a time' -n 6 --ignore-eos", dir.file(""));
+  auto r =
+      run_tandem("engine --json -m " + dir.file("t.gguf") + " -p 'Once upon a time' -n 6 --ignore-eos", dir.file(""));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["tokens"].size(), 6u);
@@ -123,11 +125,13 @@ TEST(Cli, EngineGeneratesFromAPrompt) {
 TEST(Cli, EngineSplitsThroughAnRpcServerInItsOwnProcess) {
   ScratchDir dir;
   ASSERT_EQ(run_tandem("synth --preset tiny -o " + dir.file("t.gguf"), dir.file("")).exit_code, 0);
-  const std::string args = "engine --json --no-cpu-repack -m " + dir.file("t.gguf") + " -p 'Once upon a time' -n 6 --ignore-eos";
+  const std::string args =
+      "engine --json --no-cpu-repack -m " + dir.file("t.gguf") + " -p 'Once upon a time' -n 6 --ignore-eos";
   auto alone = run_tandem(args, dir.file(""));
   ASSERT_EQ(alone.exit_code, 0) << alone.err;
   const std::string ep = "127.0.0.1:" + std::to_string(tandem::testing::free_port());
-  auto split = run_tandem(args + " --rpc " + ep + " --rpc-in-process " + ep + " --cpu-layers 1 --layer-split 3", dir.file(""));
+  auto split =
+      run_tandem(args + " --rpc " + ep + " --rpc-in-process " + ep + " --cpu-layers 1 --layer-split 3", dir.file(""));
   ASSERT_EQ(split.exit_code, 0) << split.err;
   auto a = nlohmann::json::parse(alone.out), b = nlohmann::json::parse(split.out);
   EXPECT_EQ(b["tokens"], a["tokens"]);
@@ -136,13 +140,15 @@ TEST(Cli, EngineSplitsThroughAnRpcServerInItsOwnProcess) {
   EXPECT_NE(split.err.find("Starting RPC server"), std::string::npos) << split.err;
   auto wrong = run_tandem(args + " --rpc " + ep + " --tandem-worker 127.0.0.1:1", dir.file(""));
   EXPECT_EQ(wrong.exit_code, 2);
-  EXPECT_NE(wrong.err.find("--tandem-worker: '127.0.0.1:1' is not one of the --rpc endpoints"), std::string::npos) << wrong.err;
+  EXPECT_NE(wrong.err.find("--tandem-worker: '127.0.0.1:1' is not one of the --rpc endpoints"), std::string::npos)
+      << wrong.err;
 
   // The input slots (on by default) work with ggml's own server too; off, the same tokens.
   EXPECT_GT(b["slotted_inputs"].get<int>(), 0);
   const std::string ep2 = "127.0.0.1:" + std::to_string(tandem::testing::free_port());
-  auto unslotted = run_tandem(args + " --rpc " + ep2 + " --rpc-in-process " + ep2 + " --cpu-layers 1 --layer-split 3 --no-worker-input-slots",
-                              dir.file(""));
+  auto unslotted = run_tandem(
+      args + " --rpc " + ep2 + " --rpc-in-process " + ep2 + " --cpu-layers 1 --layer-split 3 --no-worker-input-slots",
+      dir.file(""));
   ASSERT_EQ(unslotted.exit_code, 0) << unslotted.err;
   auto c = nlohmann::json::parse(unslotted.out);
   EXPECT_EQ(c["tokens"], a["tokens"]);

@@ -37,12 +37,15 @@ TEST(FlagsAndKeys, EveryKeyHasAFlagAndEveryFlagNamesARealKey) {
 
   const auto known = config::known_keys();
   const std::set<std::string> known_set(known.begin(), known.end());
-  for (const auto& k : in_serve) EXPECT_TRUE(known_set.count(k)) << "serve --help names " << k << ", which is no config key";
-  for (const auto& k : in_worker) EXPECT_TRUE(known_set.count(k)) << "worker --help names " << k << ", which is no config key";
+  for (const auto& k : in_serve)
+    EXPECT_TRUE(known_set.count(k)) << "serve --help names " << k << ", which is no config key";
+  for (const auto& k : in_worker)
+    EXPECT_TRUE(known_set.count(k)) << "worker --help names " << k << ", which is no config key";
 
   // Keys no single flag stands for: a worker's name and address come together in serve's
   // --worker NAME=HOST:PORT; its declared memory and bandwidth live in the head's file only.
-  const std::set<std::string> file_only = {"[[worker]] name", "[[worker]] address", "[[worker]] memory", "[[worker]] bandwidth"};
+  const std::set<std::string> file_only = {"[[worker]] name", "[[worker]] address", "[[worker]] memory",
+                                           "[[worker]] bandwidth"};
   for (const std::string& k : known) {
     if (file_only.count(k)) continue;
     if (k.rfind("[[worker]]", 0) == 0) {
@@ -63,7 +66,8 @@ TEST(FlagsAndKeys, KeysTakeTheConfigAndOptionsAfterTheSubcommand) {
   auto listed = run_tandem("keys list --db " + dir.file("keys.db"), "/");
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
   EXPECT_NE(listed.out.find("alice"), std::string::npos) << listed.out;
-  EXPECT_EQ(listed.out.find(made.out.substr(0, made.out.find('\n'))), std::string::npos) << "a key is never shown again";
+  EXPECT_EQ(listed.out.find(made.out.substr(0, made.out.find('\n'))), std::string::npos)
+      << "a key is never shown again";
   auto via_config = run_tandem("keys list -c " + dir.file("tandem.toml"), "/");
   EXPECT_NE(via_config.out.find("alice"), std::string::npos) << via_config.err;
   auto bad = run_tandem("keys list -c " + dir.file("missing.toml"), "/");

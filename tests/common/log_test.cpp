@@ -17,9 +17,10 @@ TEST(Log, TextRecordNeverSpansTwoLines) {
 }
 
 TEST(Log, JsonLineIsOneObjectWithTheFourKeysFirst) {
-  EXPECT_EQ(render(Format::json, "2026-12-02T10:20:33.125Z", Level::warn, "serve", "say \"hi\"\n", {{"worker", "box-b"}}),
-            "{\"ts\":\"2026-12-02T10:20:33.125Z\",\"level\":\"warn\",\"component\":\"serve\",\"msg\":\"say \\\"hi\\\"\\n\","
-            "\"worker\":\"box-b\"}");
+  EXPECT_EQ(
+      render(Format::json, "2026-12-02T10:20:33.125Z", Level::warn, "serve", "say \"hi\"\n", {{"worker", "box-b"}}),
+      "{\"ts\":\"2026-12-02T10:20:33.125Z\",\"level\":\"warn\",\"component\":\"serve\",\"msg\":\"say \\\"hi\\\"\\n\","
+      "\"worker\":\"box-b\"}");
 }
 
 TEST(Log, JsonFieldsCannotReplaceTheRecordKeys) {
@@ -28,9 +29,13 @@ TEST(Log, JsonFieldsCannotReplaceTheRecordKeys) {
 }
 
 TEST(Log, JsonQuoteEscapesControlsAndReplacesInvalidUtf8) {
-  EXPECT_EQ(json_quote(std::string("a\x01" "b")), "\"a\\u0001b\"");
+  EXPECT_EQ(json_quote(std::string("a\x01"
+                                   "b")),
+            "\"a\\u0001b\"");
   EXPECT_EQ(json_quote("caf\xc3\xa9"), "\"caf\xc3\xa9\"");
-  EXPECT_EQ(json_quote("bad\xff" "x"), "\"bad\\ufffdx\"");
+  EXPECT_EQ(json_quote("bad\xff"
+                       "x"),
+            "\"bad\\ufffdx\"");
   EXPECT_EQ(json_quote("\xc0\x80"), "\"\\ufffd\\ufffd\"");  // overlong NUL
   EXPECT_EQ(json_quote("\xe2\x82"), "\"\\ufffd\\ufffd\"");  // truncated sequence
 }

@@ -10,8 +10,14 @@ TEST(ParseBytes, Table) {
     const char* text;
     uint64_t bytes;
   } cases[] = {
-      {"4096", 4096},        {"512MiB", 512ull << 20}, {"128GiB", 128ull << 30}, {"128 GiB", 128ull << 30},
-      {"96GB", 96000000000}, {"1.5T", 3ull << 39},     {"2k", 2048},             {"10 B", 10},
+      {"4096", 4096},
+      {"512MiB", 512ull << 20},
+      {"128GiB", 128ull << 30},
+      {"128 GiB", 128ull << 30},
+      {"96GB", 96000000000},
+      {"1.5T", 3ull << 39},
+      {"2k", 2048},
+      {"10 B", 10},
   };
   for (const auto& c : cases) {
     auto r = parse_bytes(c.text);

@@ -68,7 +68,8 @@ TEST(Config, MistakesNameTheLineAndTheKey) {
       {"[modle]\npath = \"m\"\n", "tandem.toml:1: top level: modle: unknown key"},
       {"[cluster]\nhead_memory = \"lots\"\n", "tandem.toml:2: [cluster] head_memory: 'lots' is not a size"},
       {"[cluster]\nhead_bandwidth = \"fast\"\n", "tandem.toml:2: [cluster] head_bandwidth: 'fast' is not a bandwidth"},
-      {"[cluster]\nhead_device = \"tpu\"\n", "tandem.toml:2: [cluster] head_device: expected one of \"gpu\", \"cpu\", got \"tpu\""},
+      {"[cluster]\nhead_device = \"tpu\"\n",
+       "tandem.toml:2: [cluster] head_device: expected one of \"gpu\", \"cpu\", got \"tpu\""},
       {"[[worker]]\nname = \"b\"\n", "tandem.toml:1: [[worker]] 'b' address: missing"},
       {"[[worker]]\naddress = \"h:1\"\n", "tandem.toml:1: [[worker]] name: missing"},
       {"[[worker]]\nname = \"b\"\naddress = \"h:1\"\n[[worker]]\nname = \"b\"\naddress = \"h:2\"\n",
@@ -78,7 +79,8 @@ TEST(Config, MistakesNameTheLineAndTheKey) {
       {"worker = 3\n", "tandem.toml:1: top level: worker: expected [[worker]] tables"},
       {"[[worker]]\nname = \"b\"\naddress = \"h:1\"\n[[worker]]\nname = \"c\"\naddress = \"h:1\"\n",
        "tandem.toml:4: [[worker]] address: 'h:1' of 'c' is also the address of 'b' (line 1)"},
-      {"[[worker]]\nname = \"b\"\naddress = \"h:1\"\nmemory = \"128\"\n", "tandem.toml:4: [[worker]] memory: '128' has no unit"},
+      {"[[worker]]\nname = \"b\"\naddress = \"h:1\"\nmemory = \"128\"\n",
+       "tandem.toml:4: [[worker]] memory: '128' has no unit"},
       {"[model]\nlayers = \"1,x\"\n", "tandem.toml:2: [model] layers: layers '1,x': 'x' is neither a layer count"},
       {"[model]\nlayers = \"3-1\"\n", "is not a range A-B"},
       {"[model]\nlayers = [1, true]\n", "expected layer counts or ranges"},
@@ -107,7 +109,8 @@ TEST(Config, TheNewerKeysOfServeAndTheWorker) {
       "[[worker]]\nname = \"b\"\naddress = \"h:1\"\ndevices = [\"CUDA0\"]\nthreads = 4\ncuda_graphs = false\n"
       "private_netns = false\nlog_format = \"json\"\n"
       "[model]\nlayers = [\"-\", \"0-29\", 32]\nthreads = 8\ncuda_graphs = false\nengine_flags = [\"--no-warm-up\"]\n"
-      "[server]\nmodel_id = \"m3\"\ninsecure_no_auth = true\nmax_in_flight = 8\ncanary_interval = 60\ndrain_timeout = 5\n"
+      "[server]\nmodel_id = \"m3\"\ninsecure_no_auth = true\nmax_in_flight = 8\ncanary_interval = 60\ndrain_timeout = "
+      "5\n"
       "log_format = \"json\"\n");
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_TRUE(c->cluster.backtraces);
@@ -143,9 +146,10 @@ TEST(Config, LayersTakeCountsRangesAndDashes) {
 TEST(Config, RelativePathsAreRelativeToTheFile) {
   testing::ScratchDir dir;
   std::filesystem::create_directories(dir.file("etc"));
-  testing::write_file(dir.file("etc/tandem.toml"),
-                      "[cluster]\nsecret_file = \"cluster.key\"\n[[worker]]\nname = \"b\"\naddress = \"h:1\"\n"
-                      "cache_dir = \"../cache\"\n[model]\npath = \"models/m.gguf\"\n[server]\nkeys_db = \"/abs/keys.db\"\n");
+  testing::write_file(
+      dir.file("etc/tandem.toml"),
+      "[cluster]\nsecret_file = \"cluster.key\"\n[[worker]]\nname = \"b\"\naddress = \"h:1\"\n"
+      "cache_dir = \"../cache\"\n[model]\npath = \"models/m.gguf\"\n[server]\nkeys_db = \"/abs/keys.db\"\n");
   auto c = load_config(dir.file("etc/tandem.toml"));
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_EQ(c->cluster.secret_file, dir.file("etc/cluster.key"));

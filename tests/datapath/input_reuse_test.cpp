@@ -8,12 +8,12 @@
 #include <vector>
 #include "link/protocol.h"
 
-using tandem::link::kReuseSlots;
-using tandem::link::ReuseOp;
-using tandem::link::ReuseMarker;
-using tandem::link::kReuseMarkerSize;
 using tandem::link::encode_reuse_marker;
+using tandem::link::kReuseMarkerSize;
+using tandem::link::kReuseSlots;
 using tandem::link::parse_reuse_marker;
+using tandem::link::ReuseMarker;
+using tandem::link::ReuseOp;
 
 namespace tandem::datapath {
 namespace {
@@ -105,8 +105,9 @@ TEST(ReuseTable, AnIdentityFromTheSameRunNeedsNoComparison) {
   EXPECT_EQ(taken->marker.slot, first->marker.slot);
   EXPECT_EQ(t.identified(), 1u);
   int n = 0;
-  for (auto other : {ReuseTable::Identity{&tensor, 128, mask.data(), 8}, ReuseTable::Identity{&tensor, 256, mask.data(), 7},
-                     ReuseTable::Identity{&same, 128, mask.data(), 7}}) {
+  for (auto other :
+       {ReuseTable::Identity{&tensor, 128, mask.data(), 8}, ReuseTable::Identity{&tensor, 256, mask.data(), 7},
+        ReuseTable::Identity{&same, 128, mask.data(), 7}}) {
     std::vector<uint8_t> fresh = mask;
     fresh[200 + n++] ^= 1;
     auto r = t.route(fresh.data(), fresh.size(), &other);

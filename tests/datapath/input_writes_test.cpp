@@ -14,8 +14,8 @@
 #include "ggml.h"
 #include "link/protocol.h"
 
-using tandem::link::ReuseOp;
 using tandem::link::encode_reuse_marker;
+using tandem::link::ReuseOp;
 
 namespace tandem::datapath {
 namespace {
@@ -145,7 +145,8 @@ class RepeatedInputs : public ::testing::TestWithParam<bool> {
     ggml_backend_tensor_get(ts_->big[i], v.data(), 0, sizeof(float) * kBigFloats);
     return v;
   }
-  void marker(int i, ReuseOp op, uint32_t slot, uint64_t bytes, uint64_t session, size_t offset = 0, uint32_t drop = 0) {
+  void marker(int i, ReuseOp op, uint32_t slot, uint64_t bytes, uint64_t session, size_t offset = 0,
+              uint32_t drop = 0) {
     const auto m = encode_reuse_marker({op, slot, bytes, session, drop});
     ggml_backend_tensor_set(ts_->big[i], m.data(), offset, m.size());
   }

@@ -58,7 +58,8 @@ TEST(Interposition, ADataPathGgmlDoesNotReachIsRefusedNamingEachFunction) {
   const std::string message = check();
   EXPECT_NE(message.find("ggml interposition self-check failed"), std::string::npos) << message;
   for (const char* name : kInterposedNames) {
-    EXPECT_NE(message.find(std::string(name) + " resolves to the definition in"), std::string::npos) << name << ": " << message;
+    EXPECT_NE(message.find(std::string(name) + " resolves to the definition in"), std::string::npos)
+        << name << ": " << message;
   }
   EXPECT_NE(message.find("ggml_backend_tensor_copy is not reached by ggml's own calls"), std::string::npos) << message;
   EXPECT_NE(message.find("Rebuild against the pinned llama.cpp"), std::string::npos) << message;
@@ -67,11 +68,22 @@ TEST(Interposition, ADataPathGgmlDoesNotReachIsRefusedNamingEachFunction) {
 
 std::atomic<int> g_runs{0}, g_launches{0}, g_syncs{0}, g_copies{0}, g_fences{0}, g_graphs{0};
 TEST_F(OnTheCpu, SchedulerHooksWrapWhatTheSchedulerAndGgmlDo) {
-  static const SchedulerHooks hooks{
-      [](ggml_backend_sched_t s, ggml_cgraph* g, SchedComputeFn real) { ++g_runs; return real(s, g); },
-      [](ggml_backend_t b, ggml_cgraph* g, LaunchFn real) { ++g_launches; return real(b, g); },
-      [](ggml_backend_t b, SynchronizeFn real) { ++g_syncs; real(b); },
-      [](const ggml_tensor* s, ggml_tensor* d, TensorCopyFn real) { ++g_copies; real(s, d); }};
+  static const SchedulerHooks hooks{[](ggml_backend_sched_t s, ggml_cgraph* g, SchedComputeFn real) {
+                                      ++g_runs;
+                                      return real(s, g);
+                                    },
+                                    [](ggml_backend_t b, ggml_cgraph* g, LaunchFn real) {
+                                      ++g_launches;
+                                      return real(b, g);
+                                    },
+                                    [](ggml_backend_t b, SynchronizeFn real) {
+                                      ++g_syncs;
+                                      real(b);
+                                    },
+                                    [](const ggml_tensor* s, ggml_tensor* d, TensorCopyFn real) {
+                                      ++g_copies;
+                                      real(s, d);
+                                    }};
   set_scheduler_hooks(&hooks);
   const float in[4] = {1, 2, 3, 4};
   float out[4] = {};

@@ -50,7 +50,8 @@ TEST_P(LocalInputsOnAGpu, EveryCopyIsOnTheDeviceBeforeTheSplitReadsIt) {
     EXPECT_GE(g.splits(), 1);
     // Per run: the first full view and the first half view are copied from host memory (staged
     // when small enough), the others from them on the device (or, with slots, point at them).
-    EXPECT_EQ(LocalInputCopies::repeated() - repeated, static_cast<uint64_t>(kRuns * (kFullViews - 1 + kHalfViews - 1)));
+    EXPECT_EQ(LocalInputCopies::repeated() - repeated,
+              static_cast<uint64_t>(kRuns * (kFullViews - 1 + kHalfViews - 1)));
     EXPECT_EQ(LocalInputCopies::bytes_not_copied() - spared,
               static_cast<uint64_t>(kRuns) * sizeof(float) * ((kFullViews - 1) * n + (kHalfViews - 1) * (n / 2)));
     EXPECT_GT(LocalInputCopies::staged() - staged, 0u);
@@ -98,7 +99,8 @@ TEST(LocalInputs, AWorkersResultReadThroughSeveralViewsCrossesOnce) {
   for (int seed = 0; seed < kRuns; ++seed) ASSERT_TRUE(g.run(seed));
   EXPECT_EQ(LocalInputCopies::deferred() - deferred, static_cast<uint64_t>(kRuns * (kFullViews + kHalfViews)));
   // Per run: the full view read once and the half once; the other views copied on the device.
-  EXPECT_EQ(LocalInputCopies::results_repeated() - repeated, static_cast<uint64_t>(kRuns * (kFullViews + kHalfViews - 2)));
+  EXPECT_EQ(LocalInputCopies::results_repeated() - repeated,
+            static_cast<uint64_t>(kRuns * (kFullViews + kHalfViews - 2)));
   EXPECT_EQ(LocalInputCopies::result_bytes_not_read() - not_read,
             static_cast<uint64_t>(kRuns) * sizeof(float) * ((kFullViews - 1) * 4096 + (kHalfViews - 1) * 2048));
 }

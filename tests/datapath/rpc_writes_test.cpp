@@ -69,7 +69,8 @@ TEST(RpcWrites, AResultOneServerMadeGoesOnToTheNextReadOnceARun) {
   const uint64_t relayed = AsyncRpcWrites::relayed_results(), not_read = AsyncRpcWrites::relayed_bytes_not_read();
   for (int seed = 0; seed < kRuns; ++seed) ASSERT_TRUE(g.run(seed));
   // Per run each view is a copy of its own; the first of each extent is read, the others are not.
-  EXPECT_EQ(AsyncRpcWrites::relayed_results() - relayed, static_cast<uint64_t>(kRuns * (kFullViews - 1 + kHalfViews - 1)));
+  EXPECT_EQ(AsyncRpcWrites::relayed_results() - relayed,
+            static_cast<uint64_t>(kRuns * (kFullViews - 1 + kHalfViews - 1)));
   EXPECT_EQ(AsyncRpcWrites::relayed_bytes_not_read() - not_read, kRuns * repeated_bytes(kElements));
 }
 
@@ -136,7 +137,8 @@ TEST(RpcWrites, WeightsKeepGgmlsPathAndNothingIsQueuedOnceTheWritesAreGone) {
   std::vector<float> v(1024);
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.25f;
   const std::vector<float> w = v;
-  OnDevice weight(worker, 1024, GGML_BACKEND_BUFFER_USAGE_WEIGHTS), input(worker, 1024, GGML_BACKEND_BUFFER_USAGE_COMPUTE);
+  OnDevice weight(worker, 1024, GGML_BACKEND_BUFFER_USAGE_WEIGHTS),
+      input(worker, 1024, GGML_BACKEND_BUFFER_USAGE_COMPUTE);
   {
     AsyncRpcWrites writes;
     const unsigned long long before = AsyncRpcWrites::writes();

@@ -31,7 +31,8 @@ TEST(Switches, EveryFlagIsOneSwitchOfItsOwnField) {
 TEST(Switches, AFlagTurnsItsMechanismOffAndWhatLivesInsideIt) {
   auto none = apply_switch_flags({});
   ASSERT_TRUE(none.is_ok());
-  for (const DataPathSwitch& s : kDataPathSwitches) EXPECT_TRUE(none.value().*(s.field)) << s.flag << " is on by default";
+  for (const DataPathSwitch& s : kDataPathSwitches)
+    EXPECT_TRUE(none.value().*(s.field)) << s.flag << " is on by default";
 
   auto sync = apply_switch_flags({"--sync-rpc-writes"});
   ASSERT_TRUE(sync.is_ok());
@@ -56,7 +57,8 @@ TEST(Switches, AnUnknownFlagIsRefusedNamingTheKnownOnes) {
   auto r = apply_switch_flags({"--no-input-reuse", "--no-magic"});
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("'--no-magic' is not one of the engine's switches"), std::string::npos);
-  for (const DataPathSwitch& s : kDataPathSwitches) EXPECT_NE(r.status().message().find(s.flag), std::string::npos) << s.flag;
+  for (const DataPathSwitch& s : kDataPathSwitches)
+    EXPECT_NE(r.status().message().find(s.flag), std::string::npos) << s.flag;
 }
 
 // docs/cli.md holds the table between two markers, exactly as switches_markdown() renders it.
@@ -66,12 +68,14 @@ TEST(Switches, TheDocsTableIsTheTable) {
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string doc = ss.str();
-  const std::string begin = "<!-- switches: generated from src/datapath/switches.h -->\n", end = "<!-- end of switches -->";
+  const std::string begin = "<!-- switches: generated from src/datapath/switches.h -->\n",
+                    end = "<!-- end of switches -->";
   const size_t b = doc.find(begin), e = doc.find(end);
   ASSERT_NE(b, std::string::npos) << "docs/cli.md has no switches table";
   ASSERT_NE(e, std::string::npos);
   EXPECT_EQ(doc.substr(b + begin.size(), e - b - begin.size()), switches_markdown())
-      << "docs/cli.md's table differs from src/datapath/switches.h; it should read:\n" << switches_markdown();
+      << "docs/cli.md's table differs from src/datapath/switches.h; it should read:\n"
+      << switches_markdown();
 }
 
 }  // namespace

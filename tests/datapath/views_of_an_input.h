@@ -13,9 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -71,7 +71,8 @@ class ViewsOfAnInput {
       }
     }
     for (int i = 0; i < kFullViews; ++i) acc = ggml_add(gctx_, acc, ggml_view_1d(gctx_, viewed, n, 0));
-    for (int i = 0; i < kHalfViews; ++i) acc = ggml_add(gctx_, acc, ggml_view_1d(gctx_, viewed, n / 2, sizeof(float) * (n / 2)));
+    for (int i = 0; i < kHalfViews; ++i)
+      acc = ggml_add(gctx_, acc, ggml_view_1d(gctx_, viewed, n / 2, sizeof(float) * (n / 2)));
     ggml_set_output(acc);
     out_ = acc;
     graph_ = ggml_new_graph(gctx_);
@@ -85,8 +86,8 @@ class ViewsOfAnInput {
     // As every engine load does: the proof that ggml reaches the interposers, then the hooks.
     const Status hooks = install_scheduler_hooks();
     EXPECT_TRUE(hooks.is_ok()) << hooks.message();
-    sched_ = ggml_backend_sched_new(backends_.data(), nullptr, static_cast<int>(backends_.size()), GGML_DEFAULT_GRAPH_SIZE,
-                                    false, true);
+    sched_ = ggml_backend_sched_new(backends_.data(), nullptr, static_cast<int>(backends_.size()),
+                                    GGML_DEFAULT_GRAPH_SIZE, false, true);
   }
   ~ViewsOfAnInput() {
     ggml_backend_sched_free(sched_);
@@ -123,7 +124,8 @@ class ViewsOfAnInput {
         if (worker_) want += u_values_[j] + x[j];
       }
       if (got[j] != want) {
-        return ::testing::AssertionFailure() << "seed " << seed << ": element " << j << " is " << got[j] << ", not " << want;
+        return ::testing::AssertionFailure()
+               << "seed " << seed << ": element " << j << " is " << got[j] << ", not " << want;
       }
     }
     return ::testing::AssertionSuccess();
@@ -159,7 +161,6 @@ class ViewsOfAnInput {
   std::vector<ggml_backend_t> backends_;
   ggml_backend_sched_t sched_ = nullptr;
 };
-
 
 // A port nothing listens on now.
 inline int free_port() {
@@ -231,6 +232,5 @@ inline ggml_backend_dev_t rpc_worker(const CpuRpcServer& server) {
   ggml_backend_reg_t reg = ggml_backend_rpc_add_server(server.endpoint().c_str());
   return reg != nullptr && ggml_backend_reg_dev_count(reg) >= 1 ? ggml_backend_reg_dev_get(reg, 0) : nullptr;
 }
-
 
 }  // namespace tandem::datapath::test_support

@@ -88,7 +88,9 @@ TEST(WorkerEmbedding, TheTableMovesToAWeightBufferOnTheWorkerWhichGathersItsRows
   const std::vector<float> rows = gather(backend, host.table, ids);
   ASSERT_EQ(rows.size(), ids.size() * kEmbd);
   for (size_t r = 0; r < ids.size(); ++r) {
-    EXPECT_EQ(std::memcmp(rows.data() + r * kEmbd, host.bytes.data() + ids[r] * kEmbd * sizeof(float), kEmbd * sizeof(float)), 0)
+    EXPECT_EQ(
+        std::memcmp(rows.data() + r * kEmbd, host.bytes.data() + ids[r] * kEmbd * sizeof(float), kEmbd * sizeof(float)),
+        0)
         << "row " << r << " (token " << ids[r] << ")";
   }
   ggml_backend_free(backend);

@@ -33,7 +33,8 @@ std::string http_post(int port, const std::string& path, const std::string& body
     ::close(fd);
     return "";
   }
-  const std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+  const std::string req = "POST " + path +
+                          " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
   ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   std::string resp;
@@ -47,20 +48,25 @@ std::string http_post(int port, const std::string& path, const std::string& body
 
 json weather_tool() {
   return {{"type", "function"},
-          {"function", {{"name", "get_weather"},
-                        {"description", "Current weather of a city"},
-                        {"parameters", {{"type", "object"},
-                                        {"properties", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}}},
-                                        {"required", json::array({"city"})}}}}}};
+          {"function",
+           {{"name", "get_weather"},
+            {"description", "Current weather of a city"},
+            {"parameters",
+             {{"type", "object"},
+              {"properties", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}}},
+              {"required", json::array({"city"})}}}}}};
 }
 
 json conversation() {
   return json::array({
       {{"role", "system"}, {"content", "You answer briefly."}},
       {{"role", "user"}, {"content", "What is the weather in Paris?"}},
-      {{"role", "assistant"}, {"content", ""},
-       {"tool_calls", json::array({{{"id", "call_1"}, {"type", "function"},
-                                    {"function", {{"name", "get_weather"}, {"arguments", R"({"city":"Paris","days":2})"}}}}})}},
+      {{"role", "assistant"},
+       {"content", ""},
+       {"tool_calls",
+        json::array({{{"id", "call_1"},
+                      {"type", "function"},
+                      {"function", {{"name", "get_weather"}, {"arguments", R"({"city":"Paris","days":2})"}}}}})}},
       {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "Sunny, 21 C"}},
       {{"role", "assistant"}, {"content", "It is sunny in Paris."}},
       {{"role", "user"}, {"content", "And in Lyon?"}},
@@ -90,14 +96,16 @@ class ChatTemplateTest : public ::testing::Test {
 
 TEST_F(ChatTemplateTest, AMultiTurnConversationWithToolsRendersAsLlamaServerRendersIt) {
   const int port = tandem::testing::free_port();
-  ChildProcess server({TANDEM_LLAMA_SERVER_EXE, "-m", model_path_, "--host", "127.0.0.1", "--port", std::to_string(port), "-c", "1024",
-                       "-np", "1", "-t", "1", "--no-warmup"},
+  ChildProcess server({TANDEM_LLAMA_SERVER_EXE, "-m", model_path_, "--host", "127.0.0.1", "--port",
+                       std::to_string(port), "-c", "1024", "-np", "1", "-t", "1", "--no-warmup"},
                       dir_.file("llama-server.log"));
   ASSERT_TRUE(tandem::testing::wait_for_port(port, 60000));
   std::vector<json> bodies = {
       {{"messages", conversation()}, {"tools", json::array({weather_tool()})}},
       {{"messages", conversation()}},
-      {{"messages", conversation()}, {"tools", json::array({weather_tool()})}, {"chat_template_kwargs", {{"enable_thinking", false}}}},
+      {{"messages", conversation()},
+       {"tools", json::array({weather_tool()})},
+       {"chat_template_kwargs", {{"enable_thinking", false}}}},
   };
   for (const json& body : bodies) {
     std::string answer;
@@ -123,10 +131,15 @@ TEST_F(ChatTemplateTest, AGeneratedToolCallIsParsedBack) {
   auto prompt = templates_->render(asked);
   ASSERT_TRUE(prompt.is_ok()) << prompt.status().to_string();
   json with_call = user;
-  with_call.push_back({{"role", "assistant"}, {"content", "Let me check."}, {"reasoning_content", "The tool knows."},
-                       {"tool_calls", json::array({{{"id", "c1"}, {"type", "function"},
-                                                    {"function", {{"name", "get_weather"}, {"arguments", R"({"city":"Paris"})"}}}}})}});
-  json rendered_body = {{"messages", with_call}, {"tools", json::array({weather_tool()})}, {"add_generation_prompt", false}};
+  with_call.push_back(
+      {{"role", "assistant"},
+       {"content", "Let me check."},
+       {"reasoning_content", "The tool knows."},
+       {"tool_calls", json::array({{{"id", "c1"},
+                                    {"type", "function"},
+                                    {"function", {{"name", "get_weather"}, {"arguments", R"({"city":"Paris"})"}}}}})}});
+  json rendered_body = {
+      {"messages", with_call}, {"tools", json::array({weather_tool()})}, {"add_generation_prompt", false}};
   auto full = templates_->render(rendered_body);
   ASSERT_TRUE(full.is_ok()) << full.status().to_string();
   ASSERT_EQ(full->prompt.compare(0, prompt->prompt.size(), prompt->prompt), 0) << full->prompt;

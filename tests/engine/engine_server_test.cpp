@@ -47,8 +47,9 @@ TEST(EngineServer, SubmitStreamCancelStatusAndMalformedLinesOverTheSocket) {
   ScratchDir dir;
   const std::string model = dir.file("tiny.gguf"), socket = short_socket_path();
   ASSERT_TRUE(synth::write_model(synth::preset("tiny").value(), model, {}).is_ok());
-  ChildProcess engine({TANDEM_BINARY, "engine", "--model", model, "--socket", socket, "--context", "256", "--parallel", "2", "-t", "1"},
-                      dir.file("engine.log"));
+  ChildProcess engine(
+      {TANDEM_BINARY, "engine", "--model", model, "--socket", socket, "--context", "256", "--parallel", "2", "-t", "1"},
+      dir.file("engine.log"));
   std::mutex m;
   std::vector<EngineStatus> pushed;
   auto client = EngineClient::connect(socket, 30000, [&](const EngineStatus& s) {
@@ -78,8 +79,10 @@ TEST(EngineServer, SubmitStreamCancelStatusAndMalformedLinesOverTheSocket) {
 
   // A chat request with the model's template.
   auto chat = std::make_shared<EventCollector>();
-  json chat_body = {{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}, {"max_tokens", 4}, {"temperature", 0}};
-  ASSERT_TRUE(c.submit("chat", RequestKind::chat, chat_body.dump(), [chat](const EngineEvent& e) { (*chat)(e); }).is_ok());
+  json chat_body = {
+      {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}, {"max_tokens", 4}, {"temperature", 0}};
+  ASSERT_TRUE(
+      c.submit("chat", RequestKind::chat, chat_body.dump(), [chat](const EngineEvent& e) { (*chat)(e); }).is_ok());
   ASSERT_TRUE(chat->wait());
   EXPECT_EQ(chat->final_event().type, EngineEvent::Type::done) << chat->final_event().message;
 
@@ -104,10 +107,12 @@ TEST(EngineServer, SubmitStreamCancelStatusAndMalformedLinesOverTheSocket) {
   // An invalid request is an error event that names the field.
   auto bad = std::make_shared<EventCollector>();
   json bad_body = {{"prompt", "x"}, {"top_p", 2}};
-  ASSERT_TRUE(c.submit("bad", RequestKind::completion, bad_body.dump(), [bad](const EngineEvent& e) { (*bad)(e); }).is_ok());
+  ASSERT_TRUE(
+      c.submit("bad", RequestKind::completion, bad_body.dump(), [bad](const EngineEvent& e) { (*bad)(e); }).is_ok());
   ASSERT_TRUE(bad->wait(30000));
   EXPECT_EQ(bad->final_event().code, StatusCode::invalid_argument);
-  EXPECT_NE(bad->final_event().message.find("top_p must be a number in [0, 1], got 2"), std::string::npos) << bad->final_event().message;
+  EXPECT_NE(bad->final_event().message.find("top_p must be a number in [0, 1], got 2"), std::string::npos)
+      << bad->final_event().message;
 
   st = c.status(5000);
   ASSERT_TRUE(st.is_ok());
@@ -123,7 +128,9 @@ TEST(EngineServer, SubmitStreamCancelStatusAndMalformedLinesOverTheSocket) {
   auto second = EngineClient::connect(socket, 5000);
   ASSERT_TRUE(second.is_ok());
   auto again = std::make_shared<EventCollector>();
-  ASSERT_TRUE(second.value()->submit("a", RequestKind::completion, body.dump(), [again](const EngineEvent& e) { (*again)(e); }).is_ok());
+  ASSERT_TRUE(second.value()
+                  ->submit("a", RequestKind::completion, body.dump(), [again](const EngineEvent& e) { (*again)(e); })
+                  .is_ok());
   ASSERT_TRUE(again->wait());
   EXPECT_EQ(again->text(), a->text());  // greedy: the same text
 
@@ -145,7 +152,9 @@ TEST(EngineServer, LoadFailureIsReportedInStatusAndSubmitsAreRefused) {
   ASSERT_TRUE(st.is_ok());
   EXPECT_NE(st->error.find("broken.gguf"), std::string::npos) << st->error;
   auto c = std::make_shared<EventCollector>();
-  ASSERT_TRUE(client.value()->submit("x", RequestKind::completion, R"({"prompt":"a"})", [c](const EngineEvent& e) { (*c)(e); }).is_ok());
+  ASSERT_TRUE(client.value()
+                  ->submit("x", RequestKind::completion, R"({"prompt":"a"})", [c](const EngineEvent& e) { (*c)(e); })
+                  .is_ok());
   ASSERT_TRUE(c->wait(30000));
   EXPECT_EQ(c->final_event().code, StatusCode::unavailable);
   EXPECT_NE(c->final_event().message.find("failed to load"), std::string::npos);
@@ -156,9 +165,16 @@ TEST(SchedulerSplit, ThroughRpcServersGivesTheTokensOfOneProcess) {
   const std::string model = dir.file("tiny.gguf");
   ASSERT_TRUE(synth::write_model(synth::preset("tiny").value(), model, {}).is_ok());
   const std::vector<json> bodies = {
-      {{"prompt", "Two desktop boxes joined by one cable"}, {"max_tokens", 16}, {"temperature", 0}, {"ignore_eos", true}, {"return_tokens", true}},
-      {{"prompt", "A second, longer request that runs at the same time as the first"}, {"max_tokens", 12}, {"temperature", 0},
-       {"ignore_eos", true}, {"return_tokens", true}},
+      {{"prompt", "Two desktop boxes joined by one cable"},
+       {"max_tokens", 16},
+       {"temperature", 0},
+       {"ignore_eos", true},
+       {"return_tokens", true}},
+      {{"prompt", "A second, longer request that runs at the same time as the first"},
+       {"max_tokens", 12},
+       {"temperature", 0},
+       {"ignore_eos", true},
+       {"return_tokens", true}},
   };
   auto run_all = [&](const Placement& placement) {
     LoadOptions lo;
@@ -180,7 +196,10 @@ TEST(SchedulerSplit, ThroughRpcServersGivesTheTokensOfOneProcess) {
     std::vector<std::shared_ptr<EventCollector>> cs;
     for (size_t i = 0; i < bodies.size(); ++i) {
       auto c = std::make_shared<EventCollector>();
-      EXPECT_TRUE(s.value()->submit(std::to_string(i), RequestKind::completion, bodies[i].dump(), [c](const EngineEvent& e) { (*c)(e); }).is_ok());
+      EXPECT_TRUE(s.value()
+                      ->submit(std::to_string(i), RequestKind::completion, bodies[i].dump(),
+                               [c](const EngineEvent& e) { (*c)(e); })
+                      .is_ok());
       cs.push_back(c);
     }
     for (auto& c : cs) {
@@ -208,14 +227,14 @@ TEST(SchedulerSplit, ThroughRpcServersGivesTheTokensOfOneProcess) {
   EXPECT_EQ(run_all(split), alone);
 }
 
-
 // tokenize / detokenize / count answered by the loaded model's tokenizer, and logprobs of the
 // tokens a greedy completion picks.
 TEST(EngineServer, TokenizeDetokenizeCountAndLogprobsOverTheSocket) {
   ScratchDir dir;
   const std::string model = dir.file("tiny.gguf"), socket = short_socket_path();
   ASSERT_TRUE(synth::write_model(synth::preset("tiny").value(), model, {}).is_ok());
-  ChildProcess engine({TANDEM_BINARY, "engine", "--model", model, "--socket", socket, "--context", "512", "-t", "1"}, dir.file("engine.log"));
+  ChildProcess engine({TANDEM_BINARY, "engine", "--model", model, "--socket", socket, "--context", "512", "-t", "1"},
+                      dir.file("engine.log"));
   auto client = EngineClient::connect(socket, 30000);
   ASSERT_TRUE(client.is_ok()) << client.status().to_string();
   EngineClient& c = *client.value();
@@ -261,8 +280,12 @@ TEST(EngineServer, TokenizeDetokenizeCountAndLogprobsOverTheSocket) {
 
   // logprobs: one entry per generated token, the greedy pick is the most likely, top sorted.
   auto a = std::make_shared<EventCollector>();
-  json body = {{"prompt", "Two boxes and a cable"}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true},
-               {"logprobs", 3}, {"return_tokens", true}};
+  json body = {{"prompt", "Two boxes and a cable"},
+               {"max_tokens", 6},
+               {"temperature", 0},
+               {"ignore_eos", true},
+               {"logprobs", 3},
+               {"return_tokens", true}};
   ASSERT_TRUE(c.submit("lp", RequestKind::completion, body.dump(), [a](const EngineEvent& e) { (*a)(e); }).is_ok());
   ASSERT_TRUE(a->wait());
   ASSERT_EQ(a->final_event().type, EngineEvent::Type::done) << a->final_event().message;
@@ -282,7 +305,8 @@ TEST(EngineServer, TokenizeDetokenizeCountAndLogprobsOverTheSocket) {
   // Without logprobs, none.
   auto plain = std::make_shared<EventCollector>();
   body.erase("logprobs");
-  ASSERT_TRUE(c.submit("p", RequestKind::completion, body.dump(), [plain](const EngineEvent& e) { (*plain)(e); }).is_ok());
+  ASSERT_TRUE(
+      c.submit("p", RequestKind::completion, body.dump(), [plain](const EngineEvent& e) { (*plain)(e); }).is_ok());
   ASSERT_TRUE(plain->wait());
   for (const auto& e : plain->events()) EXPECT_TRUE(e.logprobs.empty());
 }

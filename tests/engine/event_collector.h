@@ -39,10 +39,22 @@ class EventCollector {
     return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return deltas_ > 0 || finished_; });
   }
 
-  std::string text() { std::lock_guard<std::mutex> l(mutex_); return text_; }
-  std::string reasoning() { std::lock_guard<std::mutex> l(mutex_); return reasoning_; }
-  EngineEvent final_event() { std::lock_guard<std::mutex> l(mutex_); return final_; }
-  std::vector<EngineEvent> events() { std::lock_guard<std::mutex> l(mutex_); return events_; }
+  std::string text() {
+    std::lock_guard<std::mutex> l(mutex_);
+    return text_;
+  }
+  std::string reasoning() {
+    std::lock_guard<std::mutex> l(mutex_);
+    return reasoning_;
+  }
+  EngineEvent final_event() {
+    std::lock_guard<std::mutex> l(mutex_);
+    return final_;
+  }
+  std::vector<EngineEvent> events() {
+    std::lock_guard<std::mutex> l(mutex_);
+    return events_;
+  }
 
  private:
   std::mutex mutex_;

@@ -2,8 +2,8 @@
 // gets a new memo, and that a fingerprint notices changed bytes.
 #include "engine/hash_memo.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <cstdlib>

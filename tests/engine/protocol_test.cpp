@@ -41,7 +41,8 @@ TEST(Protocol, MalformedRequestsAreErrorsThatSayWhy) {
 // were converted with a plain cast (undefined behaviour); they are errors now.
 TEST(Protocol, NumbersOutOfRangeAreErrorsNotCasts) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"event":"done","id":"r1","tokens":[7777777777777777777777777771,2]})", "'tokens' must be an integer in range"},
+      {R"({"event":"done","id":"r1","tokens":[7777777777777777777777777771,2]})",
+       "'tokens' must be an integer in range"},
       {R"({"event":"done","id":"r1","tokens":[4294967296]})", "'tokens'"},
       {R"({"event":"done","id":"r1","usage":{"prompt_tokens":1e30}})", "'prompt_tokens'"},
       {R"({"event":"delta","id":"r1","tool_calls":[{"index":-1e300}]})", "'index'"},
@@ -53,7 +54,8 @@ TEST(Protocol, NumbersOutOfRangeAreErrorsNotCasts) {
     ASSERT_FALSE(e.is_ok()) << line;
     EXPECT_NE(e.status().message().find(why), std::string::npos) << line << " -> " << e.status().message();
   }
-  auto ok = decode_event(R"({"event":"done","id":"r1","usage":{"prompt_tokens":3,"completion_tokens":null},"tokens":[-5,7]})");
+  auto ok = decode_event(
+      R"({"event":"done","id":"r1","usage":{"prompt_tokens":3,"completion_tokens":null},"tokens":[-5,7]})");
   ASSERT_TRUE(ok.is_ok()) << ok.status().message();
   EXPECT_EQ(ok->usage.prompt_tokens, 3);
   EXPECT_EQ(ok->tokens, (std::vector<int32_t>{-5, 7}));
@@ -102,7 +104,6 @@ TEST(Protocol, InvalidUtf8IsReplacedNotThrown) {
   EXPECT_TRUE(decode_event(encode_event(d)).is_ok());
 }
 
-
 TEST(Protocol, TokenizerOpsResultsAndLogprobsRoundTrip) {
   EngineRequest t;
   t.op = EngineRequest::Op::tokenize;
@@ -127,7 +128,8 @@ TEST(Protocol, TokenizerOpsResultsAndLogprobsRoundTrip) {
   EXPECT_EQ(back->op, EngineRequest::Op::count);
   EXPECT_EQ(back->kind, RequestKind::chat);
   EXPECT_FALSE(decode_request(R"({"op":"count","id":"x"})").is_ok());
-  EXPECT_NE(decode_request(R"({"op":"tokenise","id":"x"})").status().message().find("tokenize, detokenize, count"), std::string::npos);
+  EXPECT_NE(decode_request(R"({"op":"tokenise","id":"x"})").status().message().find("tokenize, detokenize, count"),
+            std::string::npos);
 
   EngineEvent r;
   r.type = EngineEvent::Type::result;

@@ -51,7 +51,7 @@ class SchedulerTest : public ::testing::Test {
     o.parallel = parallel;
     o.context = context;
     o.warm_up = warm_up;
-    o.threads = 1;  // the test machine's two cores are shared: spinning thread pools would crawl
+    o.threads = 1;            // the test machine's two cores are shared: spinning thread pools would crawl
     o.max_prompt_chunk = 32;  // below flash attention's 64-row tile: see docs/engine-protocol.md
     auto s = Scheduler::create(model_, o);
     EXPECT_TRUE(s.is_ok()) << s.status().to_string();
@@ -59,7 +59,8 @@ class SchedulerTest : public ::testing::Test {
   }
 
   // Runs one request to its end and returns the final event; text into *text when given.
-  static EngineEvent run(Scheduler& s, const std::string& id, RequestKind kind, const json& body, std::string* text = nullptr) {
+  static EngineEvent run(Scheduler& s, const std::string& id, RequestKind kind, const json& body,
+                         std::string* text = nullptr) {
     auto c = std::make_shared<EventCollector>();
     Status st = s.submit(id, kind, body.dump(), [c](const EngineEvent& e) { (*c)(e); });
     EXPECT_TRUE(st.is_ok()) << st.to_string();
@@ -135,7 +136,10 @@ TEST_F(SchedulerTest, EightConcurrentRequestsGetTheTokensTheyGetAlone) {
   std::vector<std::shared_ptr<EventCollector>> collectors;
   for (int i = 0; i < 8; ++i) {
     auto c = std::make_shared<EventCollector>();
-    ASSERT_TRUE(s->submit("c" + std::to_string(i), RequestKind::completion, bodies[i].dump(), [c](const EngineEvent& e) { (*c)(e); }).is_ok());
+    ASSERT_TRUE(
+        s->submit("c" + std::to_string(i), RequestKind::completion, bodies[i].dump(), [c](const EngineEvent& e) {
+           (*c)(e);
+         }).is_ok());
     collectors.push_back(c);
   }
   for (int i = 0; i < 8; ++i) {
@@ -153,7 +157,9 @@ TEST_F(SchedulerTest, CancellationFreesTheSlotAtOnce) {
   ASSERT_TRUE(s->submit("long", RequestKind::completion, body.dump(), [c](const EngineEvent& e) { (*c)(e); }).is_ok());
   // A second request waits for the only slot.
   auto next = std::make_shared<EventCollector>();
-  ASSERT_TRUE(s->submit("next", RequestKind::completion, greedy("Next", 4).dump(), [next](const EngineEvent& e) { (*next)(e); }).is_ok());
+  ASSERT_TRUE(s->submit("next", RequestKind::completion, greedy("Next", 4).dump(), [next](const EngineEvent& e) {
+                 (*next)(e);
+               }).is_ok());
   ASSERT_TRUE(c->wait_first_delta());
   s->cancel("long");
   ASSERT_TRUE(c->wait());
@@ -171,8 +177,12 @@ TEST_F(SchedulerTest, CancellationFreesTheSlotAtOnce) {
 TEST_F(SchedulerTest, ACancelledQueuedRequestNeverRuns) {
   auto s = make(1);
   auto first = std::make_shared<EventCollector>(), queued = std::make_shared<EventCollector>();
-  ASSERT_TRUE(s->submit("first", RequestKind::completion, greedy("One", 60).dump(), [first](const EngineEvent& e) { (*first)(e); }).is_ok());
-  ASSERT_TRUE(s->submit("queued", RequestKind::completion, greedy("Two", 60).dump(), [queued](const EngineEvent& e) { (*queued)(e); }).is_ok());
+  ASSERT_TRUE(s->submit("first", RequestKind::completion, greedy("One", 60).dump(), [first](const EngineEvent& e) {
+                 (*first)(e);
+               }).is_ok());
+  ASSERT_TRUE(s->submit("queued", RequestKind::completion, greedy("Two", 60).dump(), [queued](const EngineEvent& e) {
+                 (*queued)(e);
+               }).is_ok());
   s->cancel("queued");
   ASSERT_TRUE(queued->wait());
   EXPECT_EQ(queued->final_event().code, StatusCode::cancelled);
@@ -184,12 +194,15 @@ TEST_F(SchedulerTest, ACancelledQueuedRequestNeverRuns) {
 TEST_F(SchedulerTest, StopStringsEndTheTextAlsoWhenTheyStraddleTokens) {
   auto s = make(1);
   auto c = std::make_shared<EventCollector>();
-  ASSERT_TRUE(s->submit("free", RequestKind::completion, greedy("The", 24).dump(), [c](const EngineEvent& e) { (*c)(e); }).is_ok());
+  ASSERT_TRUE(s->submit("free", RequestKind::completion, greedy("The", 24).dump(), [c](const EngineEvent& e) {
+                 (*c)(e);
+               }).is_ok());
   ASSERT_TRUE(c->wait());
   // Find two neighbouring deltas (one token each) with at least 2 bytes and build a stop string
   // from the end of one and the start of the next.
   std::vector<std::string> pieces;
-  for (const auto& e : c->events()) if (e.type == EngineEvent::Type::delta) pieces.push_back(e.text);
+  for (const auto& e : c->events())
+    if (e.type == EngineEvent::Type::delta) pieces.push_back(e.text);
   std::string stop, before;
   for (size_t i = 0; i + 1 < pieces.size() && stop.empty(); ++i) {
     const std::string& a = pieces[i];
@@ -212,9 +225,18 @@ TEST_F(SchedulerTest, StopStringsEndTheTextAlsoWhenTheyStraddleTokens) {
 
 TEST_F(SchedulerTest, TheSameSeedGivesTheSameSample) {
   auto s = make(2);
-  json body = {{"prompt", "Sampling with a seed"}, {"max_tokens", 16}, {"temperature", 1.0}, {"top_k", 50}, {"top_p", 0.9},
-               {"min_p", 0.01}, {"seed", 1234}, {"ignore_eos", true}, {"return_tokens", true},
-               {"presence_penalty", 0.5}, {"frequency_penalty", 0.2}, {"repeat_penalty", 1.1}};
+  json body = {{"prompt", "Sampling with a seed"},
+               {"max_tokens", 16},
+               {"temperature", 1.0},
+               {"top_k", 50},
+               {"top_p", 0.9},
+               {"min_p", 0.01},
+               {"seed", 1234},
+               {"ignore_eos", true},
+               {"return_tokens", true},
+               {"presence_penalty", 0.5},
+               {"frequency_penalty", 0.2},
+               {"repeat_penalty", 1.1}};
   EngineEvent a = run(*s, "a", RequestKind::completion, body);
   EngineEvent b = run(*s, "b", RequestKind::completion, body);
   body["seed"] = 99;
@@ -236,18 +258,23 @@ TEST_F(SchedulerTest, LogitBiasSteersTheSample) {
 TEST_F(SchedulerTest, JsonSchemaOutputParsesAndValidates) {
   auto s = make(1, 512);
   json schema = {{"type", "object"},
-                 {"properties", {{"name", {{"type", "string"}, {"maxLength", 6}}},
-                                 {"age", {{"type", "integer"}, {"minimum", 0}, {"maximum", 150}}},
-                                 {"kind", {{"enum", json::array({"cat", "dog"})}}}}},
+                 {"properties",
+                  {{"name", {{"type", "string"}, {"maxLength", 6}}},
+                   {"age", {{"type", "integer"}, {"minimum", 0}, {"maximum", 150}}},
+                   {"kind", {{"enum", json::array({"cat", "dog"})}}}}},
                  {"required", json::array({"name", "age", "kind"})},
                  {"additionalProperties", false}};
   // Completions only: with the tiny model's SPM vocabulary, MiniMax-M3's generation prompt does
   // not tokenize the way the chat format's grammar expects (llama-server refuses it the same way).
   for (const std::string kind : {"completion"}) {
-    json body = {{"max_tokens", 200}, {"temperature", 0},
-                 {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "pet"}, {"schema", schema}}}}}};
-    if (kind == "chat") body["messages"] = json::array({{{"role", "user"}, {"content", "A pet, please."}}});
-    else body["prompt"] = "A pet as JSON:";
+    json body = {
+        {"max_tokens", 200},
+        {"temperature", 0},
+        {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "pet"}, {"schema", schema}}}}}};
+    if (kind == "chat")
+      body["messages"] = json::array({{{"role", "user"}, {"content", "A pet, please."}}});
+    else
+      body["prompt"] = "A pet as JSON:";
     std::string text;
     EngineEvent e = run(*s, kind, kind == "chat" ? RequestKind::chat : RequestKind::completion, body, &text);
     ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
@@ -267,7 +294,8 @@ TEST_F(SchedulerTest, JsonSchemaOutputParsesAndValidates) {
 TEST_F(SchedulerTest, InvalidRequestsAreErrorsThatNameTheField) {
   auto s = make(1, 64);
   auto submit = [&](const json& body, RequestKind kind = RequestKind::completion) {
-    return s->submit("x", kind, body.dump(), [](const EngineEvent&) { ADD_FAILURE() << "an invalid request got an event"; });
+    return s->submit("x", kind, body.dump(),
+                     [](const EngineEvent&) { ADD_FAILURE() << "an invalid request got an event"; });
   };
   const std::vector<std::pair<json, std::string>> cases = {
       {{{"prompt", "a"}, {"temperature", 3}}, "temperature must be a number in [0, 2], got 3"},
@@ -279,7 +307,10 @@ TEST_F(SchedulerTest, InvalidRequestsAreErrorsThatNameTheField) {
       {{{"prompt", "a"}, {"logit_bias", {{"99999999", 1}}}}, "logit_bias: '99999999' is not a token id"},
       {{{"prompt", "a"}, {"stop", json::array({1})}}, "stop: every entry must be a non-empty string"},
       {{{"prompt", "a"}, {"grammar", "root ::= [unclosed"}}, "grammar does not parse"},
-      {{{"prompt", "a"}, {"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "object"}, {"properties", {{"a", {{"$ref", "#/nowhere"}}}}}}}}}}}},
+      {{{"prompt", "a"},
+        {"response_format",
+         {{"type", "json_schema"},
+          {"json_schema", {{"schema", {{"type", "object"}, {"properties", {{"a", {{"$ref", "#/nowhere"}}}}}}}}}}}},
        "JSON schema"},
       {{{"prompt", "a"}, {"response_format", {{"type", "xml"}}}}, "response_format.type must be one of"},
       {{{"prompt", 5}}, "prompt must be a string"},

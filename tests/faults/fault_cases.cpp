@@ -24,9 +24,9 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 // What one client saw of one request.
 struct Outcome {
-  int status = 0;               // HTTP status, 0 when the connection failed
-  bool done = false;            // [DONE] arrived (a stream that looks complete)
-  bool error_event = false;     // a data: {"error": ...} event arrived
+  int status = 0;            // HTTP status, 0 when the connection failed
+  bool done = false;         // [DONE] arrived (a stream that looks complete)
+  bool error_event = false;  // a data: {"error": ...} event arrived
   std::string body;
   std::string retry_after;
   Clock::time_point first_token{}, ended{};
@@ -92,7 +92,10 @@ json stream_body(int prompt_words, int max_tokens) {
 }
 
 json small_chat() {
-  return {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Hello"}}}}, {"max_tokens", 4}, {"temperature", 0}};
+  return {{"model", "tiny"},
+          {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+          {"max_tokens", 4},
+          {"temperature", 0}};
 }
 
 // A request that ended as a fault demands: an error, not a complete answer, not a hang.
@@ -109,10 +112,18 @@ std::string check_error(const Outcome& o, bool stream) {
 
 void inject(FaultCluster& cluster, Fault f) {
   switch (f) {
-    case Fault::worker_kill: cluster.signal_worker(SIGKILL); break;
-    case Fault::worker_stop: cluster.signal_worker_group(SIGSTOP); break;
-    case Fault::engine_kill: ::kill(cluster.engine_pid(), SIGKILL); break;
-    case Fault::link_cut: cluster.link().cut(); break;
+    case Fault::worker_kill:
+      cluster.signal_worker(SIGKILL);
+      break;
+    case Fault::worker_stop:
+      cluster.signal_worker_group(SIGSTOP);
+      break;
+    case Fault::engine_kill:
+      ::kill(cluster.engine_pid(), SIGKILL);
+      break;
+    case Fault::link_cut:
+      cluster.link().cut();
+      break;
   }
 }
 
@@ -122,9 +133,14 @@ void remove(FaultCluster& cluster, Fault f) {
       cluster.wait_worker_exit();
       cluster.start_worker();
       break;
-    case Fault::worker_stop: cluster.signal_worker_group(SIGCONT); break;
-    case Fault::engine_kill: break;
-    case Fault::link_cut: cluster.link().restore(); break;
+    case Fault::worker_stop:
+      cluster.signal_worker_group(SIGCONT);
+      break;
+    case Fault::engine_kill:
+      break;
+    case Fault::link_cut:
+      cluster.link().restore();
+      break;
   }
 }
 
@@ -133,7 +149,8 @@ bool wait_loading(FaultCluster& cluster, int timeout_ms) {
   const auto end = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (Clock::now() < end) {
     json h = cluster.health();
-    if (h.is_object() && h["engine"].value("state", "") == "loading" && h["load"].value("bytes", uint64_t{0}) > 0) return true;
+    if (h.is_object() && h["engine"].value("state", "") == "loading" && h["load"].value("bytes", uint64_t{0}) > 0)
+      return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
@@ -162,18 +179,25 @@ std::string check_leaks(FaultCluster& cluster, const Baseline& b) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (!h.is_object()) return "/health does not answer";
-  if (h.value("requests_in_flight", -1) != 0) return "requests_in_flight is " + h["requests_in_flight"].dump() + " 5 s after the last request";
-  if (h["engine"].value("slots_busy", -1) != 0) return "slots_busy is " + h["engine"]["slots_busy"].dump() + " 5 s after the last request";
+  if (h.value("requests_in_flight", -1) != 0)
+    return "requests_in_flight is " + h["requests_in_flight"].dump() + " 5 s after the last request";
+  if (h["engine"].value("slots_busy", -1) != 0)
+    return "slots_busy is " + h["engine"]["slots_busy"].dump() + " 5 s after the last request";
   const auto kids = child_pids(gw);
-  if (kids.size() != 1) return "the gateway has " + std::to_string(kids.size()) + " child processes, not 1 (the engine)";
+  if (kids.size() != 1)
+    return "the gateway has " + std::to_string(kids.size()) + " child processes, not 1 (the engine)";
   auto ports = listening_ports(gw);
   std::sort(ports.begin(), ports.end());
-  if (ports != b.gateway_ports) return "the gateway listens on " + std::to_string(ports.size()) + " ports, before " + std::to_string(b.gateway_ports.size());
+  if (ports != b.gateway_ports)
+    return "the gateway listens on " + std::to_string(ports.size()) + " ports, before " +
+           std::to_string(b.gateway_ports.size());
   const auto worker_kids = child_pids(cluster.worker_pid());
-  if (worker_kids.size() != 1) return "the worker has " + std::to_string(worker_kids.size()) + " child processes, not 1 (its RPC server)";
+  if (worker_kids.size() != 1)
+    return "the worker has " + std::to_string(worker_kids.size()) + " child processes, not 1 (its RPC server)";
   const int fds = open_fds(gw);
   // A few keep-alive connections of our own clients may still be open.
-  if (fds > b.gateway_fds + 6) return "the gateway holds " + std::to_string(fds) + " descriptors, before " + std::to_string(b.gateway_fds);
+  if (fds > b.gateway_fds + 6)
+    return "the gateway holds " + std::to_string(fds) + " descriptors, before " + std::to_string(b.gateway_fds);
   return "";
 }
 
@@ -225,7 +249,8 @@ RunResult run_fault(FaultCluster& cluster, const FaultCase& c, const Baseline& b
     // Two streams fill the two slots; one plain request, sent once they run, waits behind them.
     const bool prefill = c.phase == Phase::prefill;
     for (int i = 0; i < 2; ++i) {
-      requests.push_back(std::make_unique<Request>(cluster.port(), cluster.key(), stream_body(prefill ? 900 : 8, 1500)));
+      requests.push_back(
+          std::make_unique<Request>(cluster.port(), cluster.key(), stream_body(prefill ? 900 : 8, 1500)));
       streaming.push_back(true);
     }
     if (prefill) {
@@ -257,14 +282,17 @@ RunResult run_fault(FaultCluster& cluster, const FaultCase& c, const Baseline& b
     Request probe(cluster.port(), cluster.key(), small_chat());
     Outcome o = probe.wait(5);
     if (problem.empty() && (o.status != 503 || o.retry_after.empty())) {
-      problem = "a request during the fault got " + std::to_string(o.status) + (o.retry_after.empty() ? " without Retry-After" : "");
+      problem = "a request during the fault got " + std::to_string(o.status) +
+                (o.retry_after.empty() ? " without Retry-After" : "");
     }
   } else {
     double last = 0;
     for (size_t i = 0; i < requests.size() && problem.empty(); ++i) {
       Outcome o = requests[i]->wait(std::max(0.5, budget - since(fault) + 0.5));
-      if (std::string why = check_error(o, streaming[i]); !why.empty()) problem = "request " + std::to_string(i) + ": " + why;
-      else last = std::max(last, std::chrono::duration<double>(o.ended - fault).count());
+      if (std::string why = check_error(o, streaming[i]); !why.empty())
+        problem = "request " + std::to_string(i) + ": " + why;
+      else
+        last = std::max(last, std::chrono::duration<double>(o.ended - fault).count());
     }
     r.time_to_error_s = last;
     if (problem.empty() && last > budget) problem = "an error came " + std::to_string(last) + " s after the fault";
@@ -285,7 +313,8 @@ RunResult run_fault(FaultCluster& cluster, const FaultCase& c, const Baseline& b
   if (!cluster.wait_state("ready", kRecoveryTimeoutMs)) return fail("not ready again within 90 s of the fault's end");
   Request after(cluster.port(), cluster.key(), small_chat());
   Outcome o = after.wait(30);
-  if (o.status != 200) return fail("a request after recovery got " + std::to_string(o.status) + ": " + o.body.substr(0, 200));
+  if (o.status != 200)
+    return fail("a request after recovery got " + std::to_string(o.status) + ": " + o.body.substr(0, 200));
   r.time_to_recovery_s = since(removed);
   if (c.fault == Fault::engine_kill) r.time_to_recovery_s = since(fault);
   if (std::string leak = check_leaks(cluster, baseline); !leak.empty()) return fail("leak: " + leak);

@@ -31,7 +31,9 @@ void remove_stale_namespaces() {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/run/netns", ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.size() <= 3 || name.compare(0, 3, "tdf") != 0 || name.find_first_not_of("0123456789", 3) != std::string::npos) continue;
+    if (name.size() <= 3 || name.compare(0, 3, "tdf") != 0 ||
+        name.find_first_not_of("0123456789", 3) != std::string::npos)
+      continue;
     const pid_t pid = static_cast<pid_t>(std::stol(name.substr(3)));
     if (pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(name.substr(3));
   }
@@ -70,7 +72,8 @@ bool NetnsLink::throttle(const std::string& rate) {
   sh("tc qdisc del dev " + host_if_ + " root");
   // A token bucket (tbf) rather than netem, whose module many kernels lack; the 400 ms queue
   // bound keeps heartbeats well inside their deadline.
-  return rate.empty() || sh("tc qdisc add dev " + host_if_ + " root tbf rate " + rate + " burst 32kbit latency 400ms") == 0;
+  return rate.empty() ||
+         sh("tc qdisc add dev " + host_if_ + " root tbf rate " + rate + " burst 32kbit latency 400ms") == 0;
 }
 
 void NetnsLink::cut() { sh("ip link set " + host_if_ + " down"); }
@@ -86,7 +89,8 @@ bool FaultCluster::supported(std::string* why) {
   return probe.ok();
 }
 
-FaultCluster::FaultCluster(const ScratchDir& dir, FaultClusterOptions options) : dir_(dir), options_(std::move(options)) {
+FaultCluster::FaultCluster(const ScratchDir& dir, FaultClusterOptions options)
+    : dir_(dir), options_(std::move(options)) {
   ClusterFiles files = make_cluster_files(dir, "faults");
   secret_ = files.secret;
   model_ = files.model;
@@ -96,10 +100,28 @@ FaultCluster::FaultCluster(const ScratchDir& dir, FaultClusterOptions options) :
   start_worker();
   port_ = free_port();
   gateway_ = std::make_unique<ChildProcess>(
-      std::vector<std::string>{TANDEM_BINARY, "serve", "-m", model_, "--secret-file", secret_, "--keys-db", dir.file("keys.db"),
-                               "--listen", "127.0.0.1:" + std::to_string(port_), "--context", std::to_string(options_.context),
-                               "--parallel", std::to_string(options_.parallel), "--model-id", "tiny", "-t", "1",
-                               "--worker", "w0=" + link_.inner_ip() + ":" + std::to_string(worker_port_), "--layers", "2,2"},
+      std::vector<std::string>{TANDEM_BINARY,
+                               "serve",
+                               "-m",
+                               model_,
+                               "--secret-file",
+                               secret_,
+                               "--keys-db",
+                               dir.file("keys.db"),
+                               "--listen",
+                               "127.0.0.1:" + std::to_string(port_),
+                               "--context",
+                               std::to_string(options_.context),
+                               "--parallel",
+                               std::to_string(options_.parallel),
+                               "--model-id",
+                               "tiny",
+                               "-t",
+                               "1",
+                               "--worker",
+                               "w0=" + link_.inner_ip() + ":" + std::to_string(worker_port_),
+                               "--layers",
+                               "2,2"},
       dir.file("serve.log"));
 }
 
@@ -112,13 +134,15 @@ FaultCluster::~FaultCluster() {
 void FaultCluster::start_worker() {
   worker_ = std::make_unique<ChildProcess>(
       std::vector<std::string>{"/usr/bin/env", "ip", "netns", "exec", link_.ns(), TANDEM_BINARY, "worker", "--listen",
-                               link_.inner_ip() + ":" + std::to_string(worker_port_), "--secret-file", secret_, "--name", "w0",
-                               "--threads", "1"},
+                               link_.inner_ip() + ":" + std::to_string(worker_port_), "--secret-file", secret_,
+                               "--name", "w0", "--threads", "1"},
       dir_.file("worker.log"));
   // `ip netns exec` execs the worker in place, so the pid is the worker's once it listens.
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < end && worker_->running()) {
-    if (sh("ip netns exec " + link_.ns() + " ss -Hltn 'sport = :" + std::to_string(worker_port_) + "' | grep -q LISTEN") == 0) return;
+    if (sh("ip netns exec " + link_.ns() + " ss -Hltn 'sport = :" + std::to_string(worker_port_) +
+           "' | grep -q LISTEN") == 0)
+      return;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }

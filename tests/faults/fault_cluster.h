@@ -37,9 +37,9 @@ class NetnsLink {
 };
 
 struct FaultClusterOptions {
-  int context = 8192;       // per slot: room for a long prompt (prefill cases) and a long answer
+  int context = 8192;  // per slot: room for a long prompt (prefill cases) and a long answer
   int parallel = 2;
-  std::string throttle;     // applied before the first load ("" = none)
+  std::string throttle;  // applied before the first load ("" = none)
 };
 
 class FaultCluster {

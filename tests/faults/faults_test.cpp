@@ -62,7 +62,9 @@ Row run_case(const FaultCase& c, int runs, bool strict_timing) {
     std::string name = c.name;
     std::replace(name.begin(), name.end(), ' ', '-');
     std::ofstream(std::string(TANDEM_TEST_TMP) + "/faults-" + name + ".log")
-        << "gateway log:\n" << cluster.gateway_log() << "\nworker log:\n" << cluster.worker_log();
+        << "gateway log:\n"
+        << cluster.gateway_log() << "\nworker log:\n"
+        << cluster.worker_log();
   }
   return row;
 }
@@ -73,8 +75,9 @@ std::string table(const std::vector<Row>& rows, const std::vector<FaultCase>& ca
       << "| --- | --- | --- | --- | --- | --- |\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    out << "| " << r.name << " | " << (cases[i].detectable_s > 0 ? fmt(cases[i].detectable_s) + " (heartbeat)" : "at once")
-        << " | " << r.runs << " | " << r.passed << " | " << fmt(median(r.to_error)) << " | " << fmt(median(r.to_recovery)) << " |\n";
+    out << "| " << r.name << " | "
+        << (cases[i].detectable_s > 0 ? fmt(cases[i].detectable_s) + " (heartbeat)" : "at once") << " | " << r.runs
+        << " | " << r.passed << " | " << fmt(median(r.to_error)) << " | " << fmt(median(r.to_recovery)) << " |\n";
   }
   return out.str();
 }
@@ -109,7 +112,8 @@ void run_suite(const std::vector<std::string>& only, int runs, bool strict_timin
 // (a killed worker: tests/integration/serve_test.cpp). Timing is not asserted here: ctest shares
 // the machine; `make faults` asserts it.
 TEST(Faults, Smoke) {
-  run_suite({"worker SIGSTOP during prefill", "engine kill -9 during streaming", "link cut during streaming"}, 1, false);
+  run_suite({"worker SIGSTOP during prefill", "engine kill -9 during streaming", "link cut during streaming"}, 1,
+            false);
 }
 
 TEST(Faults, DISABLED_Suite) {

@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!tandem::link::decode_word_runs(data, size, out.data(), out.size())) std::abort();  // accepted, then refused
   if (auto again = tandem::link::encode_word_runs(out.data(), out.size())) {
     std::vector<uint8_t> back(out.size());
-    if (!tandem::link::decode_word_runs(again->data(), again->size(), back.data(), back.size()) || back != out) std::abort();
+    if (!tandem::link::decode_word_runs(again->data(), again->size(), back.data(), back.size()) || back != out)
+      std::abort();
   }
   return 0;
 }

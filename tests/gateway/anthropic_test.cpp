@@ -15,12 +15,15 @@ json claude_code_body() {
   return {{"model", "tiny"},
           {"max_tokens", 32000},
           {"stream", false},
-          {"system", {{{"type", "text"}, {"text", "You are Claude Code."}, {"cache_control", {{"type", "ephemeral"}}}},
-                      {{"type", "text"}, {"text", "Be brief."}}}},
+          {"system",
+           {{{"type", "text"}, {"text", "You are Claude Code."}, {"cache_control", {{"type", "ephemeral"}}}},
+            {{"type", "text"}, {"text", "Be brief."}}}},
           {"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "list files"}}}}}}},
-          {"tools", {{{"name", "Bash"}, {"description", "Run a command"},
-                      {"input_schema", {{"type", "object"}, {"properties", {{"command", {{"type", "string"}}}}}}}},
-                     {{"type", "web_search_20250305"}, {"name", "web_search"}, {"max_uses", 5}}}},
+          {"tools",
+           {{{"name", "Bash"},
+             {"description", "Run a command"},
+             {"input_schema", {{"type", "object"}, {"properties", {{"command", {{"type", "string"}}}}}}}},
+            {{"type", "web_search_20250305"}, {"name", "web_search"}, {"max_uses", 5}}}},
           {"thinking", {{"type", "adaptive"}}},
           {"metadata", {{"user_id", "u"}}},
           {"context_management", {{"edits", json::array()}}},
@@ -46,24 +49,28 @@ TEST(AnthropicConvert, SystemBlocksToolsAndUnknownFields) {
 }
 
 TEST(AnthropicConvert, ToolUseAndToolResultTurnsBecomeToolCallsAndToolMessages) {
-  json body = {{"model", "tiny"},
-               {"max_tokens", 10},
-               {"messages",
-                {{{"role", "user"}, {"content", "weather?"}},
-                 {{"role", "assistant"},
-                  {"content", {{{"type", "thinking"}, {"thinking", "use the tool"}, {"signature", "x"}},
-                               {{"type", "text"}, {"text", "Checking."}},
-                               {{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "get_weather"}, {"input", {{"city", "Paris"}}}}}}},
-                 {{"role", "user"},
-                  {"content", {{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", {{{"type", "text"}, {"text", "sunny"}}}}},
-                               {{"type", "text"}, {"text", "and tomorrow?"}}}}}}},
-               {"stop_sequences", {"END"}},
-               {"temperature", 0.5},
-               {"top_k", 5},
-               {"tool_choice", {{"type", "tool"}, {"name", "get_weather"}}},
-               {"tools", {{{"name", "get_weather"}, {"input_schema", {{"type", "object"}}}},
-                          {{"name", "other"}, {"input_schema", {{"type", "object"}}}}}},
-               {"thinking", {{"type", "disabled"}}}};
+  json body = {
+      {"model", "tiny"},
+      {"max_tokens", 10},
+      {"messages",
+       {{{"role", "user"}, {"content", "weather?"}},
+        {{"role", "assistant"},
+         {"content",
+          {{{"type", "thinking"}, {"thinking", "use the tool"}, {"signature", "x"}},
+           {{"type", "text"}, {"text", "Checking."}},
+           {{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "get_weather"}, {"input", {{"city", "Paris"}}}}}}},
+        {{"role", "user"},
+         {"content",
+          {{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", {{{"type", "text"}, {"text", "sunny"}}}}},
+           {{"type", "text"}, {"text", "and tomorrow?"}}}}}}},
+      {"stop_sequences", {"END"}},
+      {"temperature", 0.5},
+      {"top_k", 5},
+      {"tool_choice", {{"type", "tool"}, {"name", "get_weather"}}},
+      {"tools",
+       {{{"name", "get_weather"}, {"input_schema", {{"type", "object"}}}},
+        {{"name", "other"}, {"input_schema", {{"type", "object"}}}}}},
+      {"thinking", {{"type", "disabled"}}}};
   auto r = anthropic::to_openai(body, "tiny");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   const json& m = r.value()["messages"];
@@ -86,7 +93,8 @@ TEST(AnthropicConvert, ToolUseAndToolResultTurnsBecomeToolCallsAndToolMessages) 
 }
 
 TEST(AnthropicConvert, ErrorsNameTheField) {
-  json body = {{"model", "tiny"}, {"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", {{{"type", "image"}}}}}}}};
+  json body = {
+      {"model", "tiny"}, {"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", {{{"type", "image"}}}}}}}};
   auto r = anthropic::to_openai(body, "tiny");
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("messages[0].content[0].type"), std::string::npos) << r.status().message();
@@ -102,11 +110,13 @@ TEST(AnthropicConvert, ErrorsNameTheField) {
 class MessagesTest : public ServerTest {};
 
 TEST_F(MessagesTest, AMessageWithThinkingTextAndAToolUse) {
-  backend_.script = {reasoning("I should "), reasoning("call it."), text("Let me check."), tool(0, "call_1", "get_weather", "{\"city\":"),
-                     tool(0, "", "", "\"Paris\"}")};
+  backend_.script = {reasoning("I should "), reasoning("call it."), text("Let me check."),
+                     tool(0, "call_1", "get_weather", "{\"city\":"), tool(0, "", "", "\"Paris\"}")};
   backend_.finish_reason = "tool_calls";
-  auto r = post("/v1/messages?beta=true", claude_code_body(), {{"x-api-key", key_}, {"anthropic-version", "2023-06-01"},
-                                                               {"anthropic-beta", "claude-code-20250219,interleaved-thinking-2025-05-14"}});
+  auto r = post("/v1/messages?beta=true", claude_code_body(),
+                {{"x-api-key", key_},
+                 {"anthropic-version", "2023-06-01"},
+                 {"anthropic-beta", "claude-code-20250219,interleaved-thinking-2025-05-14"}});
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   json m = json::parse(r->body);
@@ -118,7 +128,8 @@ TEST_F(MessagesTest, AMessageWithThinkingTextAndAToolUse) {
   EXPECT_EQ(m["content"][0]["type"], "thinking");
   EXPECT_EQ(m["content"][0]["thinking"], "I should call it.");
   EXPECT_EQ(m["content"][1], (json{{"type", "text"}, {"text", "Let me check."}}));
-  EXPECT_EQ(m["content"][2], (json{{"type", "tool_use"}, {"id", "call_1"}, {"name", "get_weather"}, {"input", {{"city", "Paris"}}}}));
+  EXPECT_EQ(m["content"][2],
+            (json{{"type", "tool_use"}, {"id", "call_1"}, {"name", "get_weather"}, {"input", {{"city", "Paris"}}}}));
   EXPECT_EQ(m["stop_reason"], "tool_use");
   EXPECT_EQ(m["stop_sequence"], nullptr);
   EXPECT_EQ(m["usage"]["input_tokens"], 7);
@@ -137,7 +148,8 @@ TEST_F(MessagesTest, StopReasonsMaxTokensAndStopSequence) {
 }
 
 TEST_F(MessagesTest, TheStreamHasTheRealEventSequence) {
-  backend_.script = {reasoning("hmm"), text("Hi"), text(" there"), tool(0, "call_9", "Bash", "{\"command\""), tool(0, "", "", ":\"ls\"}")};
+  backend_.script = {reasoning("hmm"), text("Hi"), text(" there"), tool(0, "call_9", "Bash", "{\"command\""),
+                     tool(0, "", "", ":\"ls\"}")};
   backend_.finish_reason = "tool_calls";
   json body = claude_code_body();
   body["stream"] = true;
@@ -147,12 +159,12 @@ TEST_F(MessagesTest, TheStreamHasTheRealEventSequence) {
   EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
   auto events = parse_sse(r->body);
   std::vector<std::string> seq;
-  for (const auto& e : names(events)) if (e != "ping") seq.push_back(e);
-  const std::vector<std::string> expected = {"message_start",
-                                             "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
-                                             "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
-                                             "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
-                                             "message_delta", "message_stop"};
+  for (const auto& e : names(events))
+    if (e != "ping") seq.push_back(e);
+  const std::vector<std::string> expected = {
+      "message_start",       "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+      "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",  "content_block_start",
+      "content_block_delta", "content_block_delta", "content_block_stop",  "message_delta",       "message_stop"};
   EXPECT_EQ(seq, expected) << r->body;
   std::string thinking, text_out, json_out;
   for (const auto& e : events) {
@@ -185,7 +197,8 @@ TEST_F(MessagesTest, TheStreamHasTheRealEventSequence) {
 
 TEST_F(MessagesTest, AnErrorMidStreamIsAnErrorEvent) {
   backend_.fail_midway = Status::unavailable("worker box-b lost");
-  json body = {{"model", "tiny"}, {"max_tokens", 8}, {"stream", true}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  json body = {
+      {"model", "tiny"}, {"max_tokens", 8}, {"stream", true}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
   auto r = post("/v1/messages", body);
   ASSERT_EQ(r->status, 200);
   auto events = parse_sse(r->body);
@@ -201,13 +214,15 @@ TEST_F(MessagesTest, ErrorsAreAnthropicErrorObjectsWithTheirStatus) {
   json body = {{"model", "tiny"}, {"max_tokens", 8}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
   auto r = post("/v1/messages", body, {{"x-api-key", "wrong"}});
   ASSERT_EQ(r->status, 401);
-  EXPECT_EQ(json::parse(r->body), anthropic::error_object("authentication_error", json::parse(r->body)["error"]["message"]));
+  EXPECT_EQ(json::parse(r->body),
+            anthropic::error_object("authentication_error", json::parse(r->body)["error"]["message"]));
   // Authorization: Bearer works as well, the scheme in any case.
   EXPECT_EQ(post("/v1/messages", body, {{"Authorization", "bearer " + key_}})->status, 200);
   r = post("/v1/messages", {{"model", "tiny"}, {"messages", "nope"}});
   ASSERT_EQ(r->status, 400);
   EXPECT_EQ(json::parse(r->body)["error"]["type"], "invalid_request_error");
-  r = post("/v1/messages", {{"model", "claude-opus-4"}, {"max_tokens", 8}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  r = post("/v1/messages",
+           {{"model", "claude-opus-4"}, {"max_tokens", 8}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}});
   ASSERT_EQ(r->status, 404);
   EXPECT_EQ(json::parse(r->body)["error"]["type"], "not_found_error");
   health_.accepting = false;
@@ -217,7 +232,8 @@ TEST_F(MessagesTest, ErrorsAreAnthropicErrorObjectsWithTheirStatus) {
   EXPECT_EQ(json::parse(r->body)["error"]["type"], "overloaded_error");
   EXPECT_FALSE(r->get_header_value("Retry-After").empty());
   health_.accepting = true;
-  backend_.fail_first = Status::invalid_argument("the prompt has 600 tokens, but the context holds 512 tokens per request");
+  backend_.fail_first =
+      Status::invalid_argument("the prompt has 600 tokens, but the context holds 512 tokens per request");
   r = post("/v1/messages", body);
   ASSERT_EQ(r->status, 400);
   EXPECT_EQ(json::parse(r->body)["error"]["message"].get<std::string>().rfind("prompt is too long", 0), 0u) << r->body;
@@ -233,7 +249,8 @@ TEST_F(MessagesTest, CountTokensCountsTheConvertedConversation) {
   {
     std::lock_guard<std::mutex> lock(backend_.mutex_);
     // The fake counts what the converted body holds: the system text is in it.
-    EXPECT_NE(backend_.last_count_body["messages"][0]["content"].get<std::string>().find("Claude Code"), std::string::npos);
+    EXPECT_NE(backend_.last_count_body["messages"][0]["content"].get<std::string>().find("Claude Code"),
+              std::string::npos);
   }
   body["messages"][0]["content"][0]["text"] = "list all the files in this folder please";
   EXPECT_GT(json::parse(post("/v1/messages/count_tokens", body)->body)["input_tokens"].get<int>(), n);

@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <future>
 #include <map>
 #include <set>
-#include <future>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -170,7 +170,8 @@ TEST_F(ApiServerTest, BadRequestsNameThePositionOrField) {
 // used to reach the HTTP library's exception handler and come back as a 500.
 TEST_F(ApiServerTest, ANumberOutOfRangeIsA400NotA500) {
   auto r = client_->Post("/v1/chat/completions", auth(key_),
-                         R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"temperature":1e400})", "application/json");
+                         R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"temperature":1e400})",
+                         "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_NE(error_message(r).find("not valid JSON"), std::string::npos) << r->body;
@@ -255,7 +256,8 @@ TEST_F(ApiServerTest, AClientThatDisconnectsCancelsItsGeneration) {
   char buf[512];
   ASSERT_GT(::read(fd, buf, sizeof buf), 0);
   ::close(fd);
-  for (int i = 0; i < 100 && backend_.cancel_count() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int i = 0; i < 100 && backend_.cancel_count() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(backend_.cancel_count(), 1u);
   for (int i = 0; i < 100 && server_->in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(server_->in_flight(), 0);
@@ -315,17 +317,23 @@ TEST_F(ApiServerTest, MetricsGroupEachFamilyWithHelpAndTypeAndCountAStreamCutMid
   ASSERT_EQ(cut->status, 200);  // the stream had begun
   EXPECT_NE(cut->body.find("box-b"), std::string::npos) << cut->body;
   for (int i = 0; i < 100 && server_->in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  health_.extra_metrics = "# HELP tandem_queue_depth Requests waiting.\n# TYPE tandem_queue_depth gauge\ntandem_queue_depth 0\n";
+  health_.extra_metrics =
+      "# HELP tandem_queue_depth Requests waiting.\n# TYPE tandem_queue_depth gauge\ntandem_queue_depth 0\n";
   auto m = client_->Get("/metrics");
   ASSERT_EQ(m->status, 200);
   EXPECT_EQ(family_grouping_errors(m->body), "") << m->body;
-  EXPECT_NE(m->body.find("tandem_http_requests_total{endpoint=\"chat\",code=\"200\"} 1\n"), std::string::npos) << m->body;
-  EXPECT_NE(m->body.find("tandem_http_requests_total{endpoint=\"chat\",code=\"503\"} 1\n"), std::string::npos) << m->body;
-  EXPECT_NE(m->body.find("tandem_http_requests_total{endpoint=\"completions\",code=\"200\"} 1\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("tandem_http_requests_total{endpoint=\"chat\",code=\"200\"} 1\n"), std::string::npos)
+      << m->body;
+  EXPECT_NE(m->body.find("tandem_http_requests_total{endpoint=\"chat\",code=\"503\"} 1\n"), std::string::npos)
+      << m->body;
+  EXPECT_NE(m->body.find("tandem_http_requests_total{endpoint=\"completions\",code=\"200\"} 1\n"), std::string::npos)
+      << m->body;
   // Every finished request is in the latency histogram; the ones that produced a token in TTFT's.
   EXPECT_NE(m->body.find("tandem_request_duration_seconds_count{endpoint=\"chat\"} 2\n"), std::string::npos) << m->body;
-  EXPECT_NE(m->body.find("tandem_time_to_first_token_seconds_count{endpoint=\"chat\"} 2\n"), std::string::npos) << m->body;
-  EXPECT_NE(m->body.find("tandem_request_duration_seconds_bucket{endpoint=\"chat\",le=\"+Inf\"} 2\n"), std::string::npos);
+  EXPECT_NE(m->body.find("tandem_time_to_first_token_seconds_count{endpoint=\"chat\"} 2\n"), std::string::npos)
+      << m->body;
+  EXPECT_NE(m->body.find("tandem_request_duration_seconds_bucket{endpoint=\"chat\",le=\"+Inf\"} 2\n"),
+            std::string::npos);
   EXPECT_NE(m->body.find("tandem_queue_depth 0\n"), std::string::npos);
   EXPECT_NE(m->body.find("tandem_state{state=\"ready\"} 1\n"), std::string::npos) << m->body;
   server_->stop_accepting();
@@ -379,9 +387,10 @@ TEST_F(ApiServerTest, TheStatusPageIsPublicItsFiguresNeedAKey) {
                     {"load", {{"fraction", 0.25}, {"eta_s", 30}}},
                     {"nodes", {{{"name", "box-b"}, {"state", "up"}, {"bytes_to_worker", 42}}}}};
   server_->set_status_info({{"n_layer", 4},
-                            {"nodes", {{{"name", "box-a"}, {"role", "head"}, {"layers", 1}},
-                                       {{"name", "box-b"}, {"role", "worker"}, {"layers", 3}},
-                                       {{"name", "box-c"}, {"role", "worker"}, {"layers", 0}}}}});
+                            {"nodes",
+                             {{{"name", "box-a"}, {"role", "head"}, {"layers", 1}},
+                              {{"name", "box-b"}, {"role", "worker"}, {"layers", 3}},
+                              {{"name", "box-c"}, {"role", "worker"}, {"layers", 0}}}}});
   auto r = client_->Get("/status.json", auth(key_));
   ASSERT_EQ(r->status, 200) << r->body;
   const json j = json::parse(r->body);

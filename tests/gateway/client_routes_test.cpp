@@ -15,8 +15,11 @@ class ClientRoutesTest : public ServerTest {
   static GenerationEvent with_logprobs(const std::string& t, double lp) {
     GenerationEvent e;
     e.text = t;
-    e.logprobs = json::array({{{"token", t}, {"bytes", json::array()}, {"logprob", lp},
-                               {"top_logprobs", json::array({{{"token", t}, {"bytes", json::array()}, {"logprob", lp}}})}}});
+    e.logprobs =
+        json::array({{{"token", t},
+                      {"bytes", json::array()},
+                      {"logprob", lp},
+                      {"top_logprobs", json::array({{{"token", t}, {"bytes", json::array()}, {"logprob", lp}}})}}});
     return e;
   }
 };
@@ -101,7 +104,8 @@ TEST_F(ClientRoutesTest, CompletionLogprobsInTheLegacyShapeAndTokenIdPrompts) {
 }
 
 TEST_F(ClientRoutesTest, ALongPromptIsContextLengthExceededWithItsParam) {
-  backend_.fail_first = Status::invalid_argument("the prompt has 600 tokens, but the context holds 512 tokens per request");
+  backend_.fail_first =
+      Status::invalid_argument("the prompt has 600 tokens, but the context holds 512 tokens per request");
   auto r = post("/v1/chat/completions", chat(), bearer());
   ASSERT_EQ(r->status, 400);
   json e = json::parse(r->body)["error"];
@@ -116,10 +120,12 @@ TEST_F(ClientRoutesTest, ALongPromptIsContextLengthExceededWithItsParam) {
 }
 
 TEST_F(ClientRoutesTest, CorsIsOffByDefault) {
-  auto r = client_->Options("/v1/chat/completions", {{"Origin", "https://chat.example.org"}, {"Access-Control-Request-Method", "POST"}});
+  auto r = client_->Options("/v1/chat/completions",
+                            {{"Origin", "https://chat.example.org"}, {"Access-Control-Request-Method", "POST"}});
   ASSERT_TRUE(r);
   EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
-  r = post("/v1/chat/completions", chat(), {{"Authorization", "Bearer " + key_}, {"Origin", "https://chat.example.org"}});
+  r = post("/v1/chat/completions", chat(),
+           {{"Authorization", "Bearer " + key_}, {"Origin", "https://chat.example.org"}});
   EXPECT_EQ(r->status, 200);
   EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
 }
@@ -128,16 +134,20 @@ TEST_F(ClientRoutesTest, CorsAnswersPreflightsAndMarksResponsesOfAllowedOriginsO
   ApiOptions o;
   o.cors_origins = {"https://chat.example.org"};
   start(o);
-  auto r = client_->Options("/v1/messages", {{"Origin", "https://chat.example.org"}, {"Access-Control-Request-Method", "POST"},
-                                             {"Access-Control-Request-Headers", "x-api-key, anthropic-version, content-type"}});
+  auto r = client_->Options("/v1/messages",
+                            {{"Origin", "https://chat.example.org"},
+                             {"Access-Control-Request-Method", "POST"},
+                             {"Access-Control-Request-Headers", "x-api-key, anthropic-version, content-type"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 204);
   EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://chat.example.org");
   EXPECT_NE(r->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
-  for (const char* h : {"authorization", "x-api-key", "content-type", "anthropic-version", "anthropic-beta", "openai-beta"}) {
+  for (const char* h :
+       {"authorization", "x-api-key", "content-type", "anthropic-version", "anthropic-beta", "openai-beta"}) {
     EXPECT_NE(r->get_header_value("Access-Control-Allow-Headers").find(h), std::string::npos) << h;
   }
-  r = post("/v1/chat/completions", chat(), {{"Authorization", "Bearer " + key_}, {"Origin", "https://chat.example.org"}});
+  r = post("/v1/chat/completions", chat(),
+           {{"Authorization", "Bearer " + key_}, {"Origin", "https://chat.example.org"}});
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://chat.example.org");
   // Another origin: the preflight is refused and responses carry no allow header.
@@ -148,7 +158,8 @@ TEST_F(ClientRoutesTest, CorsAnswersPreflightsAndMarksResponsesOfAllowedOriginsO
   EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
   o.cors_origins = {"*"};
   start(o);
-  r = client_->Options("/v1/responses", {{"Origin", "http://localhost:3000"}, {"Access-Control-Request-Method", "POST"}});
+  r = client_->Options("/v1/responses",
+                       {{"Origin", "http://localhost:3000"}, {"Access-Control-Request-Method", "POST"}});
   EXPECT_EQ(r->status, 204);
   EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "http://localhost:3000");
 }

@@ -56,7 +56,8 @@ class FakeBackend : public Backend {
   Result<std::string> detokenize(const std::vector<int32_t>& tokens) override {
     std::string out;
     for (int32_t t : tokens) {
-      if (t < 0 || t > 255) return Status::invalid_argument("token " + std::to_string(t) + " is not in the fake vocabulary");
+      if (t < 0 || t > 255)
+        return Status::invalid_argument("token " + std::to_string(t) + " is not in the fake vocabulary");
       out.push_back(static_cast<char>(t));
     }
     return out;
@@ -67,7 +68,8 @@ class FakeBackend : public Backend {
     std::lock_guard<std::mutex> lock(mutex_);
     last_count_body = body;
     const char* key = endpoint == Endpoint::chat ? "messages" : "prompt";
-    return static_cast<int>(body.value(key, nlohmann::json()).dump().size() + body.value("tools", nlohmann::json()).dump().size());
+    return static_cast<int>(body.value(key, nlohmann::json()).dump().size() +
+                            body.value("tools", nlohmann::json()).dump().size());
   }
 
   bool was_cancelled(const std::string& id) {
@@ -80,8 +82,8 @@ class FakeBackend : public Backend {
   }
 
   std::mutex mutex_;
-  nlohmann::json last_body;     // guarded by mutex_
-  nlohmann::json last_count_body;  // guarded by mutex_
+  nlohmann::json last_body;         // guarded by mutex_
+  nlohmann::json last_count_body;   // guarded by mutex_
   std::set<std::string> cancelled;  // guarded by mutex_
   std::atomic<int> submitted{0};
 

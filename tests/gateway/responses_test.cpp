@@ -12,24 +12,31 @@ using testing::ServerTest;
 
 json codex_body() {
   // The shape Codex CLI sends (captured), cut down.
-  return {{"model", "tiny"},
-          {"instructions", "You are Codex."},
-          {"input", {{{"type", "message"}, {"role", "developer"}, {"content", {{{"type", "input_text"}, {"text", "env: linux"}}}}},
-                     {{"type", "message"}, {"role", "user"}, {"content", {{{"type", "input_text"}, {"text", "run ls"}}}}},
-                     {{"type", "reasoning"}, {"summary", json::array()}, {"encrypted_content", "xx"}},
-                     {{"type", "function_call"}, {"call_id", "c1"}, {"name", "shell"}, {"arguments", "{\"cmd\":\"ls\"}"}},
-                     {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "a.txt"}}}},
-          {"tools", {{{"type", "function"}, {"name", "shell"}, {"description", "Run"}, {"parameters", {{"type", "object"}}}, {"strict", false}},
-                     {{"type", "web_search"}},
-                     {{"type", "namespace"}, {"name", "mcp"}}}},
-          {"tool_choice", "auto"},
-          {"parallel_tool_calls", false},
-          {"reasoning", {{"effort", "medium"}, {"summary", "auto"}}},
-          {"store", false},
-          {"stream", false},
-          {"include", {"reasoning.encrypted_content"}},
-          {"prompt_cache_key", "abc"},
-          {"client_metadata", {{"x", "y"}}}};
+  return {
+      {"model", "tiny"},
+      {"instructions", "You are Codex."},
+      {"input",
+       {{{"type", "message"}, {"role", "developer"}, {"content", {{{"type", "input_text"}, {"text", "env: linux"}}}}},
+        {{"type", "message"}, {"role", "user"}, {"content", {{{"type", "input_text"}, {"text", "run ls"}}}}},
+        {{"type", "reasoning"}, {"summary", json::array()}, {"encrypted_content", "xx"}},
+        {{"type", "function_call"}, {"call_id", "c1"}, {"name", "shell"}, {"arguments", "{\"cmd\":\"ls\"}"}},
+        {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "a.txt"}}}},
+      {"tools",
+       {{{"type", "function"},
+         {"name", "shell"},
+         {"description", "Run"},
+         {"parameters", {{"type", "object"}}},
+         {"strict", false}},
+        {{"type", "web_search"}},
+        {{"type", "namespace"}, {"name", "mcp"}}}},
+      {"tool_choice", "auto"},
+      {"parallel_tool_calls", false},
+      {"reasoning", {{"effort", "medium"}, {"summary", "auto"}}},
+      {"store", false},
+      {"stream", false},
+      {"include", {"reasoning.encrypted_content"}},
+      {"prompt_cache_key", "abc"},
+      {"client_metadata", {{"x", "y"}}}};
 }
 
 TEST(ResponsesConvert, InputItemsToolsAndOptions) {
@@ -52,9 +59,14 @@ TEST(ResponsesConvert, InputItemsToolsAndOptions) {
 }
 
 TEST(ResponsesConvert, TextFormatMaxOutputTokensAndTheRefusals) {
-  json body = {{"input", "hi"}, {"max_output_tokens", 20},
-               {"text", {{"format", {{"type", "json_schema"}, {"name", "person"}, {"strict", true},
-                                     {"schema", {{"type", "object"}, {"properties", {{"name", {{"type", "string"}}}}}}}}}}}};
+  json body = {{"input", "hi"},
+               {"max_output_tokens", 20},
+               {"text",
+                {{"format",
+                  {{"type", "json_schema"},
+                   {"name", "person"},
+                   {"strict", true},
+                   {"schema", {{"type", "object"}, {"properties", {{"name", {{"type", "string"}}}}}}}}}}}};
   auto r = responses::to_openai(body, "tiny");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r.value()["model"], "tiny");
@@ -67,18 +79,25 @@ TEST(ResponsesConvert, TextFormatMaxOutputTokensAndTheRefusals) {
   body["previous_response_id"] = "resp_1";
   auto refused = responses::to_openai(body, "tiny");
   ASSERT_FALSE(refused.is_ok());
-  EXPECT_NE(refused.status().message().find("does not store responses; send the whole conversation as input"), std::string::npos);
-  EXPECT_NE(responses::to_openai({{"input", {{{"type", "message"}, {"role", "user"}, {"content", {{{"type", "input_image"}}}}}}}}, "tiny")
-                .status().message().find("input[0].content[0].type"),
+  EXPECT_NE(refused.status().message().find("does not store responses; send the whole conversation as input"),
             std::string::npos);
+  EXPECT_NE(
+      responses::to_openai(
+          {{"input", {{{"type", "message"}, {"role", "user"}, {"content", {{{"type", "input_image"}}}}}}}}, "tiny")
+          .status()
+          .message()
+          .find("input[0].content[0].type"),
+      std::string::npos);
 }
 
 class ResponsesTest : public ServerTest {};
 
 TEST_F(ResponsesTest, AResponseWithReasoningTextAndAFunctionCall) {
-  backend_.script = {reasoning("think"), text("Running it."), tool(0, "call_7", "shell", "{\"cmd\":"), tool(0, "", "", "\"ls\"}")};
+  backend_.script = {reasoning("think"), text("Running it."), tool(0, "call_7", "shell", "{\"cmd\":"),
+                     tool(0, "", "", "\"ls\"}")};
   backend_.finish_reason = "tool_calls";
-  auto r = post("/v1/responses", codex_body(), {{"Authorization", "Bearer " + key_}, {"OpenAI-Beta", "responses=experimental"}});
+  auto r = post("/v1/responses", codex_body(),
+                {{"Authorization", "Bearer " + key_}, {"OpenAI-Beta", "responses=experimental"}});
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   json j = json::parse(r->body);
@@ -91,8 +110,10 @@ TEST_F(ResponsesTest, AResponseWithReasoningTextAndAFunctionCall) {
   EXPECT_EQ(j["output"][0]["content"][0]["text"], "think");
   EXPECT_EQ(j["output"][0]["summary"][0]["text"], "think");  // summary "auto" was asked for
   EXPECT_EQ(j["output"][1]["type"], "message");
-  EXPECT_EQ(j["output"][1]["content"][0], (json{{"type", "output_text"}, {"text", "Running it."}, {"annotations", json::array()},
-                                               {"logprobs", json::array()}}));
+  EXPECT_EQ(j["output"][1]["content"][0], (json{{"type", "output_text"},
+                                                {"text", "Running it."},
+                                                {"annotations", json::array()},
+                                                {"logprobs", json::array()}}));
   EXPECT_EQ(j["output"][2]["type"], "function_call");
   EXPECT_EQ(j["output"][2]["call_id"], "call_7");
   EXPECT_EQ(j["output"][2]["name"], "shell");
@@ -122,15 +143,26 @@ TEST_F(ResponsesTest, TheStreamHasItsEventsInOrderWithSequenceNumbers) {
   ASSERT_EQ(r->status, 200) << r->body;
   auto events = parse_sse(r->body);
   std::vector<std::string> seq = names(events);
-  const std::vector<std::string> expected = {
-      "response.created", "response.in_progress",
-      "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta", "response.reasoning_text.done",
-      "response.content_part.done", "response.output_item.done",
-      "response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_text.delta",
-      "response.output_text.done", "response.content_part.done", "response.output_item.done",
-      "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.done",
-      "response.output_item.done",
-      "response.completed"};
+  const std::vector<std::string> expected = {"response.created",
+                                             "response.in_progress",
+                                             "response.output_item.added",
+                                             "response.content_part.added",
+                                             "response.reasoning_text.delta",
+                                             "response.reasoning_text.done",
+                                             "response.content_part.done",
+                                             "response.output_item.done",
+                                             "response.output_item.added",
+                                             "response.content_part.added",
+                                             "response.output_text.delta",
+                                             "response.output_text.delta",
+                                             "response.output_text.done",
+                                             "response.content_part.done",
+                                             "response.output_item.done",
+                                             "response.output_item.added",
+                                             "response.function_call_arguments.delta",
+                                             "response.function_call_arguments.done",
+                                             "response.output_item.done",
+                                             "response.completed"};
   EXPECT_EQ(seq, expected) << r->body;
   for (size_t i = 0; i < events.size(); ++i) {
     EXPECT_EQ(events[i].data["type"], events[i].event);

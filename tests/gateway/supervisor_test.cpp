@@ -51,7 +51,8 @@ SupervisorOptions options(const ScratchDir& dir, const std::string& engine) {
 TEST(Supervisor, TheEngineRunsWithoutGgmlBacktracesUnlessAskedFor) {
   for (const bool backtraces : {false, true}) {
     ScratchDir dir;
-    SupervisorOptions o = options(dir, fake_engine(dir, "env > " + dir.file("env.txt") + "; echo done >> " + dir.file("env.txt")));
+    SupervisorOptions o =
+        options(dir, fake_engine(dir, "env > " + dir.file("env.txt") + "; echo done >> " + dir.file("env.txt")));
     o.backtraces = backtraces;
     Supervisor s(o);
     ASSERT_TRUE(s.start().is_ok());
@@ -66,10 +67,12 @@ TEST(Supervisor, TheEngineRunsWithoutGgmlBacktracesUnlessAskedFor) {
 // line without its newline) reaches the log as records; its own records pass unchanged.
 TEST(Supervisor, InJsonLogsTheEnginesOwnPrintsBecomeRecords) {
   ScratchDir dir;
-  const std::string engine = fake_engine(dir,
-                                         "echo 'ggml: plain line' >&2; "
-                                         "echo '{\"ts\":\"t\",\"level\":\"info\",\"component\":\"engine\",\"msg\":\"a record\"}' >&2; "
-                                         "printf 'GGML_ABORT: no newline' >&2; touch " + dir.file("ran"));
+  const std::string engine =
+      fake_engine(dir,
+                  "echo 'ggml: plain line' >&2; "
+                  "echo '{\"ts\":\"t\",\"level\":\"info\",\"component\":\"engine\",\"msg\":\"a record\"}' >&2; "
+                  "printf 'GGML_ABORT: no newline' >&2; touch " +
+                      dir.file("ran"));
   const std::string log_path = dir.file("stderr.log");
   const int saved = ::dup(STDERR_FILENO);
   {

@@ -98,8 +98,8 @@ class ApiShapes : public ::testing::Test {
     ASSERT_TRUE(cluster_.wait_ready()) << cluster_.log();
     llama_port_ = free_port();
     llama_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{TANDEM_LLAMA_SERVER_EXE, "-m", cluster_.model(), "--host", "127.0.0.1", "--port", std::to_string(llama_port_),
-                                 "-c", "1024", "-np", "1", "-t", "1", "--no-warmup"},
+        std::vector<std::string>{TANDEM_LLAMA_SERVER_EXE, "-m", cluster_.model(), "--host", "127.0.0.1", "--port",
+                                 std::to_string(llama_port_), "-c", "1024", "-np", "1", "-t", "1", "--no-warmup"},
         dir_.file("llama-server.log"));
     ASSERT_TRUE(wait_for_port(llama_port_, 60000));
     httplib::Client c("127.0.0.1", llama_port_);
@@ -116,7 +116,8 @@ class ApiShapes : public ::testing::Test {
     stock.set_read_timeout(60, 0);
     ours.set_read_timeout(60, 0);
     auto a = stock.Post(path, body.dump(), "application/json");
-    auto b = ours.Post(path, {{"x-api-key", cluster_.key()}, {"anthropic-version", "2023-06-01"}}, body.dump(), "application/json");
+    auto b = ours.Post(path, {{"x-api-key", cluster_.key()}, {"anthropic-version", "2023-06-01"}}, body.dump(),
+                       "application/json");
     EXPECT_TRUE(a && a->status == 200) << path << " llama-server: " << (a ? a->body : "no answer");
     EXPECT_TRUE(b && b->status == 200) << path << " tandem: " << (b ? b->body : "no answer");
     return {a ? a->body : "", b ? b->body : ""};
@@ -132,7 +133,9 @@ class ApiShapes : public ::testing::Test {
       if (!seen.insert(ea.name).second) continue;
       for (const auto& eb : b) {
         if (eb.name != ea.name && !(ea.name == "response.completed" && eb.name == "response.incomplete")) continue;
-        EXPECT_EQ(diff_text(ea.data, eb.data), "") << path << " event " << ea.name << ":\n" << ea.data.dump() << "\n" << eb.data.dump();
+        EXPECT_EQ(diff_text(ea.data, eb.data), "") << path << " event " << ea.name << ":\n"
+                                                   << ea.data.dump() << "\n"
+                                                   << eb.data.dump();
         break;
       }
     }

@@ -22,9 +22,22 @@ LocalCluster::LocalCluster(const ScratchDir& dir, int workers, const std::vector
     start_worker(i);
   }
   port_ = free_port();
-  std::vector<std::string> argv = {TANDEM_BINARY, "serve", "-m", model_, "--secret-file", secret_,
-                                   "--keys-db", dir.file("keys.db"), "--listen", "127.0.0.1:" + std::to_string(port_),
-                                   "--parallel", "2", "--model-id", "tiny", "-t", "1"};
+  std::vector<std::string> argv = {TANDEM_BINARY,
+                                   "serve",
+                                   "-m",
+                                   model_,
+                                   "--secret-file",
+                                   secret_,
+                                   "--keys-db",
+                                   dir.file("keys.db"),
+                                   "--listen",
+                                   "127.0.0.1:" + std::to_string(port_),
+                                   "--parallel",
+                                   "2",
+                                   "--model-id",
+                                   "tiny",
+                                   "-t",
+                                   "1"};
   // 512 tokens unless the caller sets its own (serve refuses a flag given twice).
   if (std::find(extra.begin(), extra.end(), "--context") == extra.end()) argv.insert(argv.end(), {"--context", "512"});
   std::string layers = std::to_string(4 - workers * (workers == 1 ? 2 : 1));  // tiny has 4 layers

@@ -24,7 +24,9 @@ std::string non_loopback_ipv4() {
   if (::getifaddrs(&list) != 0) return "";
   std::string found;
   for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || (a->ifa_flags & IFF_LOOPBACK) || !(a->ifa_flags & IFF_UP)) continue;
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || (a->ifa_flags & IFF_LOOPBACK) ||
+        !(a->ifa_flags & IFF_UP))
+      continue;
     char buf[INET_ADDRSTRLEN];
     ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
     found = buf;
@@ -65,17 +67,20 @@ class Doctor : public ::testing::Test {
     ASSERT_EQ(run_tandem("secret new -o " + dir_.file("other.key"), dir_.file("")).exit_code, 0);
     ASSERT_EQ(run_tandem("synth --preset tiny -o " + dir_.file("tiny.gguf"), dir_.file("")).exit_code, 0);
   }
-  std::unique_ptr<ChildProcess> worker(const std::string& name, const std::string& listen, int port, const std::string& key) {
+  std::unique_ptr<ChildProcess> worker(const std::string& name, const std::string& listen, int port,
+                                       const std::string& key) {
     auto w = std::make_unique<ChildProcess>(
-        std::vector<std::string>{TANDEM_BINARY, "worker", "--listen", listen + ":" + std::to_string(port), "--secret-file",
-                                 dir_.file(key), "--name", name, "--threads", "1", "--cache-dir", dir_.file(name + "-cache")},
+        std::vector<std::string>{TANDEM_BINARY, "worker", "--listen", listen + ":" + std::to_string(port),
+                                 "--secret-file", dir_.file(key), "--name", name, "--threads", "1", "--cache-dir",
+                                 dir_.file(name + "-cache")},
         dir_.file(name + ".log"));
     EXPECT_TRUE(wait_for_port(port, 10000));
     return w;
   }
   std::string config(const std::vector<std::pair<std::string, std::string>>& workers) {
     std::string t = "[cluster]\nsecret_file = \"" + dir_.file("cluster.key") + "\"\nhead_name = \"head\"\n";
-    for (const auto& [name, address] : workers) t += "[[worker]]\nname = \"" + name + "\"\naddress = \"" + address + "\"\n";
+    for (const auto& [name, address] : workers)
+      t += "[[worker]]\nname = \"" + name + "\"\naddress = \"" + address + "\"\n";
     t += "[model]\npath = \"" + dir_.file("tiny.gguf") + "\"\ncontext = 512\n";
     const std::string path = dir_.file("tandem.toml");
     write_file(path, t);
@@ -91,11 +96,13 @@ TEST_F(Doctor, OneLinePerCheckWithWhatToDoAndFailureExitStatus) {
   auto b = worker("bad", "127.0.0.1", bad, "other.key");
   OpenPort exposed;
   const std::string good_address = (ip.empty() ? "127.0.0.1" : ip) + ":" + std::to_string(good);
-  const std::string cfg = config({{"good", good_address}, {"bad", "127.0.0.1:" + std::to_string(bad)},
+  const std::string cfg = config({{"good", good_address},
+                                  {"bad", "127.0.0.1:" + std::to_string(bad)},
                                   {"down", "127.0.0.1:" + std::to_string(down)}});
-  auto r = run_tandem("doctor -c " + cfg + " --pings 5 --probe-bytes 4MiB --timeout-ms 2000 --rpc-port 50052 --rpc-port " +
-                          std::to_string(exposed.port),
-                      dir_.file(""));
+  auto r =
+      run_tandem("doctor -c " + cfg + " --pings 5 --probe-bytes 4MiB --timeout-ms 2000 --rpc-port 50052 --rpc-port " +
+                     std::to_string(exposed.port),
+                 dir_.file(""));
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
 
   EXPECT_NE(line_of(r.out, "PASS  head  secret:"), "") << r.out;

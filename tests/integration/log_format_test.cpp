@@ -31,7 +31,8 @@ std::set<std::string> components_of(const std::string& path) {
       ADD_FAILURE() << path << ": not a JSON object: " << line;
       continue;
     }
-    for (const char* key : {"ts", "level", "component", "msg"}) EXPECT_TRUE(j.contains(key) && j[key].is_string()) << key << " in " << line;
+    for (const char* key : {"ts", "level", "component", "msg"})
+      EXPECT_TRUE(j.contains(key) && j[key].is_string()) << key << " in " << line;
     seen.insert(j.value("component", ""));
   }
   return seen;
@@ -47,10 +48,11 @@ TEST(LogFormat, ServeItsEngineAndAWorkerWriteOnlyJsonLines) {
                          dir.file("cluster.key"), "--name", "w0", "--threads", "1", "--log-format", "json"},
                         dir.file("worker.log"));
     ASSERT_TRUE(wait_for_port(wport, 10000));
-    ChildProcess serve({TANDEM_BINARY, "serve", "-m", dir.file("tiny.gguf"), "--secret-file", dir.file("cluster.key"),
-                        "--insecure-no-auth", "--listen", "127.0.0.1:" + std::to_string(port), "--context", "512", "-t", "1",
-                        "--worker", "w0=127.0.0.1:" + std::to_string(wport), "--layers", "2,2", "--log-format", "json"},
-                       dir.file("serve.log"));
+    ChildProcess serve(
+        {TANDEM_BINARY, "serve", "-m", dir.file("tiny.gguf"), "--secret-file", dir.file("cluster.key"),
+         "--insecure-no-auth", "--listen", "127.0.0.1:" + std::to_string(port), "--context", "512", "-t", "1",
+         "--worker", "w0=127.0.0.1:" + std::to_string(wport), "--layers", "2,2", "--log-format", "json"},
+        dir.file("serve.log"));
     httplib::Client c("127.0.0.1", port);
     bool ready = false;
     for (int i = 0; i < 600 && !ready && serve.running(); ++i) {
@@ -64,8 +66,10 @@ TEST(LogFormat, ServeItsEngineAndAWorkerWriteOnlyJsonLines) {
     const json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}};
     std::vector<json> bodies(4, chat);
     bodies[1]["grammar"] = "root ::= (";
-    bodies[2]["response_format"] = {{"type", "json_schema"},
-                                    {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}}}}}};
+    bodies[2]["response_format"] = {
+        {"type", "json_schema"},
+        {"json_schema",
+         {{"name", "x"}, {"schema", {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}}}}}};
     bodies[3]["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}};
     c.set_read_timeout(60, 0);
     for (const json& b : bodies) {

@@ -22,7 +22,10 @@ constexpr const char* kMarker = "zebra quartz";  // request text that must never
 httplib::Headers auth(const LocalCluster& c) { return {{"Authorization", "Bearer " + c.key()}}; }
 
 json chat(bool stream) {
-  return {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", std::string("say ") + kMarker}}}}, {"max_tokens", 4}, {"stream", stream}};
+  return {{"model", "tiny"},
+          {"messages", {{{"role", "user"}, {"content", std::string("say ") + kMarker}}}},
+          {"max_tokens", 4},
+          {"stream", stream}};
 }
 
 // Lines of the gateway's log that come from the access log (text format).
@@ -58,20 +61,22 @@ TEST_F(Observed, MetricsPassPromtoolsCheckWithEveryFamilyAnOperatorNeeds) {
   auto m = c_.Get("/metrics");
   ASSERT_TRUE(m);
   ASSERT_EQ(m->status, 200);
-  for (const char* family : {"tandem_http_requests_total", "tandem_request_duration_seconds_bucket", "tandem_time_to_first_token_seconds_bucket",
-                             "tandem_tokens_total", "tandem_requests_in_flight", "tandem_slots_busy", "tandem_slots_capacity",
-                             "tandem_queue_depth", "tandem_engine_tokens_per_second", "tandem_engine_restarts_total", "tandem_state",
-                             "tandem_node_up", "tandem_link_bytes_total"}) {
+  for (const char* family :
+       {"tandem_http_requests_total", "tandem_request_duration_seconds_bucket",
+        "tandem_time_to_first_token_seconds_bucket", "tandem_tokens_total", "tandem_requests_in_flight",
+        "tandem_slots_busy", "tandem_slots_capacity", "tandem_queue_depth", "tandem_engine_tokens_per_second",
+        "tandem_engine_restarts_total", "tandem_state", "tandem_node_up", "tandem_link_bytes_total"}) {
     EXPECT_NE(m->body.find(std::string("\n") + family), std::string::npos) << family << " missing:\n" << m->body;
   }
-  EXPECT_NE(m->body.find("tandem_time_to_first_token_seconds_count{endpoint=\"chat\"} 2\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("tandem_time_to_first_token_seconds_count{endpoint=\"chat\"} 2\n"), std::string::npos)
+      << m->body;
   EXPECT_NE(m->body.find("tandem_slots_capacity 2\n"), std::string::npos) << m->body;  // --parallel 2
 
   const std::string page = dir_.file("metrics.txt");
   std::ofstream(page) << m->body;
   const std::string out = dir_.file("promtool.out");
-  const std::string cmd = "tool=$(" + std::string(TANDEM_SOURCE_DIR) + "/scripts/install-promtool.sh) && \"$tool\" check metrics < " + page +
-                          " > " + out + " 2>&1";
+  const std::string cmd = "tool=$(" + std::string(TANDEM_SOURCE_DIR) +
+                          "/scripts/install-promtool.sh) && \"$tool\" check metrics < " + page + " > " + out + " 2>&1";
   const int rc = std::system(("bash -c '" + cmd + "'").c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 0) << read_file(out) << "\n" << m->body;
   EXPECT_EQ(read_file(out), "") << "promtool's lint findings";
@@ -80,11 +85,14 @@ TEST_F(Observed, MetricsPassPromtoolsCheckWithEveryFamilyAnOperatorNeeds) {
 TEST_F(Observed, TheAccessLogHasALinePerRequestWithoutKeysOrText) {
   LocalCluster& cluster = cluster_;
   httplib::Client& c = c_;
-  ASSERT_EQ(c.Post("/v1/chat/completions", {{"Authorization", "Bearer wrong"}}, chat(false).dump(), "application/json")->status, 401);
+  ASSERT_EQ(c.Post("/v1/chat/completions", {{"Authorization", "Bearer wrong"}}, chat(false).dump(), "application/json")
+                ->status,
+            401);
   ASSERT_EQ(c.Get("/health")->status, 200);  // probes are not logged
   ASSERT_EQ(c.Get("/v1/models", auth(cluster))->status, 200);
   std::vector<std::string> lines;
-  for (int i = 0; i < 50 && (lines = access_lines(cluster.log())).size() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 50 && (lines = access_lines(cluster.log())).size() < 4; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_EQ(lines.size(), 4u) << cluster.log();
   for (const std::string& l : {lines[0], lines[1]}) {
     EXPECT_NE(l.find("POST /v1/chat/completions 200"), std::string::npos) << l;

@@ -22,8 +22,8 @@ struct TwoWorkers {
     for (int i = 0; i < 2; ++i) {
       ports[i] = free_port();
       workers[i] = std::make_unique<ChildProcess>(
-          std::vector<std::string>{TANDEM_BINARY, "worker", "--listen", "127.0.0.1:" + std::to_string(ports[i]), "--secret-file",
-                                   files.secret, "--name", "w" + std::to_string(i), "--threads", "1"},
+          std::vector<std::string>{TANDEM_BINARY, "worker", "--listen", "127.0.0.1:" + std::to_string(ports[i]),
+                                   "--secret-file", files.secret, "--name", "w" + std::to_string(i), "--threads", "1"},
           dir.file("worker" + std::to_string(i) + ".log"));
       EXPECT_TRUE(wait_for_port(ports[i], 10000));
     }
@@ -31,11 +31,17 @@ struct TwoWorkers {
   // A config whose memory caps are far below what these processes report free.
   std::string config(const ScratchDir& dir, int port, const std::string& extra_model_keys) const {
     const std::string path = dir.file("tandem.toml");
-    write_file(path, "[cluster]\nsecret_file = \"cluster.key\"\nhead_name = \"box-a\"\nhead_memory = \"1100MiB\"\n"
-                     "[[worker]]\nname = \"w0\"\naddress = \"127.0.0.1:" + std::to_string(ports[0]) + "\"\nmemory = \"1200MiB\"\n"
-                     "[[worker]]\nname = \"w1\"\naddress = \"127.0.0.1:" + std::to_string(ports[1]) + "\"\nmemory = \"1300MiB\"\n"
-                     "[model]\npath = \"tiny.gguf\"\ncontext = 512\nthreads = 1\n" + extra_model_keys +
-                     "[server]\nlisten = \"127.0.0.1:" + std::to_string(port) + "\"\nkeys_db = \"keys.db\"\n");
+    write_file(path,
+               "[cluster]\nsecret_file = \"cluster.key\"\nhead_name = \"box-a\"\nhead_memory = \"1100MiB\"\n"
+               "[[worker]]\nname = \"w0\"\naddress = \"127.0.0.1:" +
+                   std::to_string(ports[0]) +
+                   "\"\nmemory = \"1200MiB\"\n"
+                   "[[worker]]\nname = \"w1\"\naddress = \"127.0.0.1:" +
+                   std::to_string(ports[1]) +
+                   "\"\nmemory = \"1300MiB\"\n"
+                   "[model]\npath = \"tiny.gguf\"\ncontext = 512\nthreads = 1\n" +
+                   extra_model_keys + "[server]\nlisten = \"127.0.0.1:" + std::to_string(port) +
+                   "\"\nkeys_db = \"keys.db\"\n");
     return path;
   }
   ClusterFiles files;
@@ -80,7 +86,8 @@ TEST(OnePlan, PlanAndServeOfOneConfigPlaceTheSameWithDeclaredMemoryAsACap) {
   // doctor plans the same: it reports the capped memory.
   auto doctor = run_tandem("doctor -c " + config + " --pings 2 --probe-bytes 0", dir.file(""));
   EXPECT_NE(doctor.out.find("w0  memory: the plan gives it no layers (the model fits on fewer nodes); 1.17 GiB free"),
-            std::string::npos) << doctor.out;  // its 1200 MiB
+            std::string::npos)
+      << doctor.out;  // its 1200 MiB
   EXPECT_NE(doctor.out.find("w1  memory: layers 1-3 need"), std::string::npos) << doctor.out;
   EXPECT_NE(doctor.out.find("of 1.27 GiB free"), std::string::npos) << doctor.out;  // its 1300 MiB
 }

@@ -25,8 +25,11 @@ using Clock = std::chrono::steady_clock;
 httplib::Headers auth(const LocalCluster& c) { return {{"Authorization", "Bearer " + c.key()}}; }
 
 json chat(bool stream, int max_tokens = 8) {
-  return {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Hello"}}}}, {"max_tokens", max_tokens},
-          {"stream", stream}, {"temperature", 0}};
+  return {{"model", "tiny"},
+          {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+          {"max_tokens", max_tokens},
+          {"stream", stream},
+          {"temperature", 0}};
 }
 
 // The text of an SSE body, and whether it ended with [DONE] or an error event.
@@ -167,9 +170,8 @@ TEST(Serve, SigtermDrainsInFlightRequestsThenExitsCleanly) {
   httplib::Client c("127.0.0.1", cluster.port());
   c.set_read_timeout(60, 0);
   json body = {{"model", "tiny"}, {"prompt", "Go"}, {"max_tokens", 200}, {"ignore_eos", true}};
-  auto inflight = std::async(std::launch::async, [&] {
-    return c.Post("/v1/completions", auth(cluster), body.dump(), "application/json");
-  });
+  auto inflight = std::async(std::launch::async,
+                             [&] { return c.Post("/v1/completions", auth(cluster), body.dump(), "application/json"); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   cluster.gateway().signal(SIGTERM);
   auto r = inflight.get();
@@ -187,9 +189,10 @@ TEST(Serve, TheOfficialOpenAiClientWorks) {
   LocalCluster cluster(dir, 1);
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
   const std::string root = TANDEM_SOURCE_DIR;
-  const std::string cmd = "export TANDEM_NODE_MODULES=$(" + root + "/scripts/install-node-deps.sh) && node " + root +
-                          "/tests/integration/openai_client.mjs --base-url http://127.0.0.1:" + std::to_string(cluster.port()) +
-                          "/v1 --api-key " + cluster.key() + " --model tiny > " + dir.file("openai.out") + " 2>&1";
+  const std::string cmd =
+      "export TANDEM_NODE_MODULES=$(" + root + "/scripts/install-node-deps.sh) && node " + root +
+      "/tests/integration/openai_client.mjs --base-url http://127.0.0.1:" + std::to_string(cluster.port()) +
+      "/v1 --api-key " + cluster.key() + " --model tiny > " + dir.file("openai.out") + " 2>&1";
   const int rc = std::system(("bash -c '" + cmd + "'").c_str());
   std::ifstream in(dir.file("openai.out"));
   const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -201,8 +204,10 @@ TEST(Plan, AConfigWithoutDeclaredMemoryAsksTheLiveWorkers) {
   ScratchDir dir;
   LocalCluster cluster(dir, 1);
   const std::string cfg = dir.file("tandem.toml");
-  write_file(cfg, "[cluster]\nsecret_file = \"" + cluster.secret_file() + "\"\n[[worker]]\nname = \"box-b\"\naddress = \"127.0.0.1:" +
-                      std::to_string(cluster.worker_port(0)) + "\"\n[model]\npath = \"" + cluster.model() + "\"\ncontext = 512\n");
+  write_file(cfg,
+             "[cluster]\nsecret_file = \"" + cluster.secret_file() +
+                 "\"\n[[worker]]\nname = \"box-b\"\naddress = \"127.0.0.1:" + std::to_string(cluster.worker_port(0)) +
+                 "\"\n[model]\npath = \"" + cluster.model() + "\"\ncontext = 512\n");
   auto r = run_tandem("plan --json -c " + cfg, dir.file(""));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   auto j = json::parse(r.out, nullptr, false);
@@ -210,8 +215,9 @@ TEST(Plan, AConfigWithoutDeclaredMemoryAsksTheLiveWorkers) {
   EXPECT_NE(r.out.find("box-b"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("box-b"), std::string::npos) << r.err;  // the query is logged
 
-  write_file(cfg, "[cluster]\nsecret_file = \"" + cluster.secret_file() + "\"\n[[worker]]\nname = \"gone\"\naddress = \"127.0.0.1:" +
-                      std::to_string(free_port()) + "\"\n[model]\npath = \"" + cluster.model() + "\"\n");
+  write_file(cfg, "[cluster]\nsecret_file = \"" + cluster.secret_file() +
+                      "\"\n[[worker]]\nname = \"gone\"\naddress = \"127.0.0.1:" + std::to_string(free_port()) +
+                      "\"\n[model]\npath = \"" + cluster.model() + "\"\n");
   r = run_tandem("plan -c " + cfg, dir.file(""));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("gone"), std::string::npos) << r.err;
@@ -221,9 +227,10 @@ TEST(Bench, MeasuresEveryFigureAgainstTandemServe) {
   ScratchDir dir;
   LocalCluster cluster(dir, 1);
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
-  auto r = run_tandem("bench --json --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key " + cluster.key() +
-                          " --runs 2 --gen-tokens 8 --prefill-tokens 32,64 --ttft-tokens 32 --concurrency 2",
-                      dir.file(""));
+  auto r =
+      run_tandem("bench --json --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key " + cluster.key() +
+                     " --runs 2 --gen-tokens 8 --prefill-tokens 32,64 --ttft-tokens 32 --concurrency 2",
+                 dir.file(""));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = json::parse(r.out);
   EXPECT_EQ(j["model"], "tiny");
@@ -233,7 +240,8 @@ TEST(Bench, MeasuresEveryFigureAgainstTandemServe) {
     EXPECT_GT(j["figures"][f]["median"].get<double>(), 0.0) << f;
   }
   // A wrong key is an error that says what the server answered.
-  auto bad = run_tandem("bench --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key nope --runs 1", dir.file(""));
+  auto bad = run_tandem("bench --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key nope --runs 1",
+                        dir.file(""));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("401"), std::string::npos) << bad.err;
 }
@@ -246,11 +254,27 @@ TEST(Serve, AHeadAWorkerRefusesSaysWhyAndServesOnceTheWorkerIsFree) {
   ASSERT_TRUE(first.wait_ready()) << first.log();
   const int port = free_port();
   const std::string worker = "w0=127.0.0.1:" + std::to_string(first.worker_port(0));
-  auto second = std::make_unique<ChildProcess>(
-      std::vector<std::string>{TANDEM_BINARY, "serve", "-m", first.model(), "--secret-file", first.secret_file(), "--keys-db",
-                               dir.file("keys.db"), "--listen", "127.0.0.1:" + std::to_string(port), "--context", "512", "-t", "1",
-                               "--head-name", "box-z", "--worker", worker, "--layers", "2,2"},
-      dir.file("second.log"));
+  auto second = std::make_unique<ChildProcess>(std::vector<std::string>{TANDEM_BINARY,
+                                                                        "serve",
+                                                                        "-m",
+                                                                        first.model(),
+                                                                        "--secret-file",
+                                                                        first.secret_file(),
+                                                                        "--keys-db",
+                                                                        dir.file("keys.db"),
+                                                                        "--listen",
+                                                                        "127.0.0.1:" + std::to_string(port),
+                                                                        "--context",
+                                                                        "512",
+                                                                        "-t",
+                                                                        "1",
+                                                                        "--head-name",
+                                                                        "box-z",
+                                                                        "--worker",
+                                                                        worker,
+                                                                        "--layers",
+                                                                        "2,2"},
+                                               dir.file("second.log"));
   ASSERT_TRUE(wait_for_port(port, 10000));
   httplib::Client c("127.0.0.1", port);
   json node = json::object();
@@ -261,7 +285,8 @@ TEST(Serve, AHeadAWorkerRefusesSaysWhyAndServesOnceTheWorkerIsFree) {
     if (!nodes.empty()) node = nodes[0];
   }
   ASSERT_EQ(node.value("state", ""), "refused") << node.dump();
-  EXPECT_NE(node["last_error"].get<std::string>().find("serves another head, 'box-a'"), std::string::npos) << node.dump();
+  EXPECT_NE(node["last_error"].get<std::string>().find("serves another head, 'box-a'"), std::string::npos)
+      << node.dump();
   // The first head was never disturbed.
   EXPECT_EQ(c.Get("/health")->status, 503);
   httplib::Client a("127.0.0.1", first.port());
@@ -270,7 +295,9 @@ TEST(Serve, AHeadAWorkerRefusesSaysWhyAndServesOnceTheWorkerIsFree) {
   const std::string log = read_file(dir.file("second.log"));
   EXPECT_EQ(log.find("engine started"), std::string::npos) << log;
   size_t said = 0;
-  for (size_t at = log.find("serves another head"); at != std::string::npos; at = log.find("serves another head", at + 1)) ++said;
+  for (size_t at = log.find("serves another head"); at != std::string::npos;
+       at = log.find("serves another head", at + 1))
+    ++said;
   EXPECT_EQ(said, 1u) << log;
 
   first.gateway().signal(SIGTERM);
@@ -302,11 +329,13 @@ TEST(Serve, ABadConfigurationExitsTwoWithAMessage) {
   r = run_tandem("serve -m " + dir.file("missing.gguf") + " --engine-flag=--socket", dir.file(""));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("'--socket' is not an engine flag serve passes on to the engine; these are: --sync-rpc-writes"),
-            std::string::npos) << r.err;
+            std::string::npos)
+      << r.err;
   // A header-only model plans but cannot be served: refused at once, not restarted forever.
   ASSERT_EQ(run_tandem("synth --preset m3 --header-only -o " + dir.file("m3.gguf"), dir.file("")).exit_code, 0);
-  r = run_tandem("serve -m " + dir.file("m3.gguf") + " --insecure-no-auth --listen 127.0.0.1:" + std::to_string(free_port()),
-                 dir.file(""));
+  r = run_tandem(
+      "serve -m " + dir.file("m3.gguf") + " --insecure-no-auth --listen 127.0.0.1:" + std::to_string(free_port()),
+      dir.file(""));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("header-only"), std::string::npos) << r.err;
   // One worker given twice would hold two sessions with itself.
@@ -322,8 +351,9 @@ TEST(Serve, ASecondServeOnAServedPortExitsOneNamingTheAddress) {
   const ClusterFiles f = make_cluster_files(dir, "k");
   const int port = free_port();
   const std::string listen = "127.0.0.1:" + std::to_string(port);
-  ChildProcess first({TANDEM_BINARY, "serve", "-m", f.model, "--insecure-no-auth", "--listen", listen, "--context", "256", "-t", "1"},
-                     dir.file("first.log"));
+  ChildProcess first(
+      {TANDEM_BINARY, "serve", "-m", f.model, "--insecure-no-auth", "--listen", listen, "--context", "256", "-t", "1"},
+      dir.file("first.log"));
   ASSERT_TRUE(wait_for_port(port, 10000));
   auto r = run_tandem("serve -m " + f.model + " --insecure-no-auth --listen " + listen, dir.file(""));
   EXPECT_EQ(r.exit_code, 1);
@@ -339,9 +369,10 @@ TEST(Serve, WaitingForAWorkerIsShownAndASigtermThenExitsZero) {
   ScratchDir dir;
   const ClusterFiles f = make_cluster_files(dir, "k");
   const int port = free_port(), dead = free_port();
-  ChildProcess serve({TANDEM_BINARY, "serve", "-m", f.model, "--secret-file", f.secret, "--keys-db", dir.file("keys.db"),
-                      "--listen", "127.0.0.1:" + std::to_string(port), "--worker", "box-b=127.0.0.1:" + std::to_string(dead)},
-                     dir.file("serve.log"));
+  ChildProcess serve(
+      {TANDEM_BINARY, "serve", "-m", f.model, "--secret-file", f.secret, "--keys-db", dir.file("keys.db"), "--listen",
+       "127.0.0.1:" + std::to_string(port), "--worker", "box-b=127.0.0.1:" + std::to_string(dead)},
+      dir.file("serve.log"));
   ASSERT_TRUE(wait_for_port(port, 10000));
   httplib::Client c("127.0.0.1", port);
   json h;
@@ -355,11 +386,13 @@ TEST(Serve, WaitingForAWorkerIsShownAndASigtermThenExitsZero) {
   ASSERT_EQ(h["nodes"].size(), 1u);
   EXPECT_EQ(h["nodes"][0]["name"], "box-b");
   EXPECT_EQ(h["nodes"][0]["state"], "waiting");
-  EXPECT_NE(h["nodes"][0]["last_error"].get<std::string>().find("127.0.0.1:" + std::to_string(dead)), std::string::npos) << h.dump();
+  EXPECT_NE(h["nodes"][0]["last_error"].get<std::string>().find("127.0.0.1:" + std::to_string(dead)), std::string::npos)
+      << h.dump();
   // The status page's figures say the same.
   json st = json::parse(c.Get("/status.json", {{"Authorization", "Bearer " + f.key}})->body);
   bool shown = false;
-  for (const auto& n : st["nodes"]) shown |= n["name"] == "box-b" && n["state"] == "waiting" && !n["last_error"].get<std::string>().empty();
+  for (const auto& n : st["nodes"])
+    shown |= n["name"] == "box-b" && n["state"] == "waiting" && !n["last_error"].get<std::string>().empty();
   EXPECT_TRUE(shown) << st.dump();
   auto m = c.Get("/metrics");
   ASSERT_TRUE(m);

@@ -6,8 +6,8 @@
 
 #include <chrono>
 #include <fstream>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -32,10 +32,28 @@ struct PageCluster {
   }
   // `layers`: per node, head first. With every layer on the worker (0,4) the link carries ~10 MiB,
   // more than the kernel's socket buffers hide, so a throttled load is visibly under way.
-  std::vector<std::string> serve(const ScratchDir& dir, int port, const std::string& worker, const std::string& layers = "2,2") const {
-    return {TANDEM_BINARY, "serve", "-m", dir.file("tiny.gguf"), "--secret-file", dir.file("cluster.key"), "--keys-db",
-            dir.file("keys.db"), "--listen", "127.0.0.1:" + std::to_string(port), "--context", "512", "--model-id", "tiny",
-            "-t", "1", "--worker", "w0=" + worker, "--layers", layers};
+  std::vector<std::string> serve(const ScratchDir& dir, int port, const std::string& worker,
+                                 const std::string& layers = "2,2") const {
+    return {TANDEM_BINARY,
+            "serve",
+            "-m",
+            dir.file("tiny.gguf"),
+            "--secret-file",
+            dir.file("cluster.key"),
+            "--keys-db",
+            dir.file("keys.db"),
+            "--listen",
+            "127.0.0.1:" + std::to_string(port),
+            "--context",
+            "512",
+            "--model-id",
+            "tiny",
+            "-t",
+            "1",
+            "--worker",
+            "w0=" + worker,
+            "--layers",
+            layers};
   }
   std::string key;
 };
@@ -46,7 +64,8 @@ TEST(StatusPage, ShowsTheLoadThenReadyAndLiveFiguresInChromium) {
   PageCluster s(dir);
   const std::string root = TANDEM_SOURCE_DIR;
   const std::string modules_file = dir.file("modules.txt");
-  ASSERT_EQ(std::system((root + "/scripts/install-playwright.sh >" + modules_file).c_str()), 0) << "scripts/install-playwright.sh failed";
+  ASSERT_EQ(std::system((root + "/scripts/install-playwright.sh >" + modules_file).c_str()), 0)
+      << "scripts/install-playwright.sh failed";
   std::string modules = slurp(modules_file);
   modules.erase(modules.find_last_not_of("\n") + 1);
 
@@ -56,10 +75,27 @@ TEST(StatusPage, ShowsTheLoadThenReadyAndLiveFiguresInChromium) {
                       dir.file("worker.log"));
   ASSERT_TRUE(wait_for_port(worker_port, 10000));
   // 1 MiB/s towards the worker: the tiny model takes several seconds to load.
-  ChildProcess page({"/usr/bin/env", "node", root + "/tests/integration/status_page.mjs", "--node-modules", modules, "--url",
-                     "http://127.0.0.1:" + std::to_string(port) + "/", "--key", s.key, "--proxy-listen", std::to_string(proxy_port),
-                     "--proxy-to", "127.0.0.1:" + std::to_string(worker_port), "--rate", "1048576", "--shots",
-                     std::string(TANDEM_STATUS_SHOTS), "--expect", "head=no layers", "--expect", "w0=4 layers (0–3)"},
+  ChildProcess page({"/usr/bin/env",
+                     "node",
+                     root + "/tests/integration/status_page.mjs",
+                     "--node-modules",
+                     modules,
+                     "--url",
+                     "http://127.0.0.1:" + std::to_string(port) + "/",
+                     "--key",
+                     s.key,
+                     "--proxy-listen",
+                     std::to_string(proxy_port),
+                     "--proxy-to",
+                     "127.0.0.1:" + std::to_string(worker_port),
+                     "--rate",
+                     "1048576",
+                     "--shots",
+                     std::string(TANDEM_STATUS_SHOTS),
+                     "--expect",
+                     "head=no layers",
+                     "--expect",
+                     "w0=4 layers (0–3)"},
                     dir.file("page.log"));
   ASSERT_TRUE(wait_for_port(proxy_port, 20000)) << slurp(dir.file("page.log"));
   ChildProcess serve(s.serve(dir, port, "127.0.0.1:" + std::to_string(proxy_port), "0,4"), dir.file("serve.log"));

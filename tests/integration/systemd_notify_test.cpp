@@ -80,9 +80,10 @@ TEST(SystemdNotify, AWorkerSaysReadyPingsTheWatchdogAndSaysStopping) {
   std::unique_ptr<ChildProcess> worker;
   {
     NotifyEnv env("/tmp/tandem-notify-worker-" + std::to_string(::getpid()));
-    worker = std::make_unique<ChildProcess>(std::vector<std::string>{TANDEM_BINARY, "worker", "--listen", "127.0.0.1:" + std::to_string(port),
-                                                                     "--secret-file", dir.file("cluster.key"), "--threads", "1"},
-                                            dir.file("worker.log"));
+    worker = std::make_unique<ChildProcess>(
+        std::vector<std::string>{TANDEM_BINARY, "worker", "--listen", "127.0.0.1:" + std::to_string(port),
+                                 "--secret-file", dir.file("cluster.key"), "--threads", "1"},
+        dir.file("worker.log"));
   }
   ASSERT_TRUE(notify.wait_for("READY=1", 10000));
   EXPECT_TRUE(wait_for_port(port, 1000));  // READY means it listens

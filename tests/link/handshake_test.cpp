@@ -65,8 +65,9 @@ TEST(Handshake, CommitMismatchNamesBoth) {
 }
 
 TEST(Handshake, AdmissionCanRefuseAfterAuthentication) {
-  auto o = run(kKey, kKey, opts("head"), opts("w"),
-               [](const PeerInfo&) { return Verdict{VerdictCode::busy, "already serves head 'other'"}; });
+  auto o = run(kKey, kKey, opts("head"), opts("w"), [](const PeerInfo&) {
+    return Verdict{VerdictCode::busy, "already serves head 'other'"};
+  });
   ASSERT_FALSE(o.client.is_ok());
   EXPECT_NE(o.client.status().message().find("already serves head 'other'"), std::string::npos);
 }

@@ -7,7 +7,9 @@
 namespace tandem::link {
 namespace {
 
-std::vector<uint8_t> body_of(const std::vector<uint8_t>& frame) { return {frame.begin() + kFrameHeaderSize, frame.end()}; }
+std::vector<uint8_t> body_of(const std::vector<uint8_t>& frame) {
+  return {frame.begin() + kFrameHeaderSize, frame.end()};
+}
 
 Result<FrameHeader> header_of(const std::vector<uint8_t>& bytes) {
   uint8_t h[kFrameHeaderSize] = {};
@@ -65,9 +67,9 @@ TEST(Protocol, FrameHeadersSayWhatTheBytesLookLike) {
   EXPECT_NE(ggml.status().message().find("raw ggml RPC HELLO"), std::string::npos);
   auto garbage = header_of({'G', 'E', 'T', ' ', '/', ' ', 'H', 'T'});
   EXPECT_NE(garbage.status().message().find("garbage"), std::string::npos);
-  EXPECT_FALSE(header_of({'T', 'N', 'D', 'M', 9, 0, 0, 0}).is_ok());      // unknown type
-  EXPECT_FALSE(header_of({'T', 'N', 'D', 'M', 1, 0, 0x10, 0}).is_ok());   // 4096-byte body
-  EXPECT_FALSE(header_of({'T', 'N', 'D', 'M', 1, 1, 0, 0}).is_ok());      // flags
+  EXPECT_FALSE(header_of({'T', 'N', 'D', 'M', 9, 0, 0, 0}).is_ok());     // unknown type
+  EXPECT_FALSE(header_of({'T', 'N', 'D', 'M', 1, 0, 0x10, 0}).is_ok());  // 4096-byte body
+  EXPECT_FALSE(header_of({'T', 'N', 'D', 'M', 1, 1, 0, 0}).is_ok());     // flags
 }
 
 }  // namespace

@@ -11,12 +11,11 @@
 #include <random>
 #include <vector>
 
-
-using tandem::link::encode_word_runs;
 using tandem::link::decode_word_runs;
-using tandem::link::word_runs_size;
+using tandem::link::encode_word_runs;
 using tandem::link::kWordRunsHeader;
 using tandem::link::kWordRunsMinBytes;
+using tandem::link::word_runs_size;
 
 namespace tandem {
 namespace {

@@ -57,19 +57,21 @@ void client(int port, const std::string& key, int seed, Clock::time_point start,
   for (int n = 1; Clock::now() < end; ++n) {
     const bool chat = rng() % 2, stream = rng() % 2;
     json body = {{"model", "tiny"}, {"max_tokens", 1 + rng() % 24}, {"stream", stream}};
-    if (chat) body["messages"] = {{{"role", "user"}, {"content", "Tell me about the number " + std::to_string(rng() % 1000)}}};
-    else body["prompt"] = "Once upon a time " + std::to_string(rng() % 1000);
+    if (chat)
+      body["messages"] = {{{"role", "user"}, {"content", "Tell me about the number " + std::to_string(rng() % 1000)}}};
+    else
+      body["prompt"] = "Once upon a time " + std::to_string(rng() % 1000);
     const auto t0 = Clock::now();
-    auto r = c.Post(chat ? "/v1/chat/completions" : "/v1/completions", {{"Authorization", "Bearer " + key}}, body.dump(),
-                    "application/json");
+    auto r = c.Post(chat ? "/v1/chat/completions" : "/v1/completions", {{"Authorization", "Bearer " + key}},
+                    body.dump(), "application/json");
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     std::lock_guard<std::mutex> lock(t.mutex);
     if (!r) {
       ++t.lost;
       // When, and which request: first requests lost at the start point at the listen queue.
       t.problem("no answer (" + httplib::to_string(r.error()) + ") after " + std::to_string(secs) + " s, sent " +
-                std::to_string(std::chrono::duration<double>(t0 - start).count()) + " s into the run as the client's request " +
-                std::to_string(n));
+                std::to_string(std::chrono::duration<double>(t0 - start).count()) +
+                " s into the run as the client's request " + std::to_string(n));
       continue;
     }
     if (r->status == 200) {
@@ -119,7 +121,10 @@ void run_load(int clients, int seconds, bool check_memory) {
   LocalCluster cluster(dir, 1, {"--max-in-flight", std::to_string(clients * 3 / 4)});
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
   httplib::Client hc("127.0.0.1", cluster.port());
-  auto health = [&] { auto r = hc.Get("/health", {{"Authorization", "Bearer " + cluster.key()}}); return r ? json::parse(r->body, nullptr, false) : json(); };
+  auto health = [&] {
+    auto r = hc.Get("/health", {{"Authorization", "Bearer " + cluster.key()}});
+    return r ? json::parse(r->body, nullptr, false) : json();
+  };
   const json h0 = health();
   const int engine = h0["engine"]["pid"];
   const int restarts0 = h0["engine"]["restarts"];
@@ -129,7 +134,8 @@ void run_load(int clients, int seconds, bool check_memory) {
   const auto start = Clock::now();
   const auto end = start + std::chrono::seconds(seconds);
   std::vector<std::thread> threads;
-  for (int i = 0; i < clients; ++i) threads.emplace_back(client, cluster.port(), cluster.key(), i + 1, start, end, std::ref(t));
+  for (int i = 0; i < clients; ++i)
+    threads.emplace_back(client, cluster.port(), cluster.key(), i + 1, start, end, std::ref(t));
   std::vector<std::pair<double, uint64_t>> gw_rss, engine_rss;
   while (Clock::now() < end) {
     const double at = std::chrono::duration<double>(Clock::now() - start).count() / seconds;
@@ -163,11 +169,12 @@ void run_load(int clients, int seconds, bool check_memory) {
                 (unsigned long long)t.lost, (unsigned long long)t.incomplete_streams, percentile(t.latencies, 0.5),
                 percentile(t.latencies, 0.99));
   report << line;
-  std::snprintf(line, sizeof line,
-                "RSS after warm-up -> at the end: gateway %.1f -> %.1f MiB (%+.1f %%), engine %.1f -> %.1f MiB (%+.1f %%); "
-                "engine restarts %d\n",
-                gw_warm / 1024.0, gw_end / 1024.0, gw_growth, en_warm / 1024.0, en_end / 1024.0, en_growth,
-                h1["engine"]["restarts"].get<int>() - restarts0);
+  std::snprintf(
+      line, sizeof line,
+      "RSS after warm-up -> at the end: gateway %.1f -> %.1f MiB (%+.1f %%), engine %.1f -> %.1f MiB (%+.1f %%); "
+      "engine restarts %d\n",
+      gw_warm / 1024.0, gw_end / 1024.0, gw_growth, en_warm / 1024.0, en_end / 1024.0, en_growth,
+      h1["engine"]["restarts"].get<int>() - restarts0);
   report << line;
   std::printf("load: %s", report.str().c_str());
   if (const char* f = std::getenv("TANDEM_LOAD_REPORT")) std::ofstream(f) << report.str();

@@ -45,11 +45,11 @@ bool has_line(const std::string& text, const std::string& line) {
 
 TEST(SystemdUnits, HeadIsANotifyServiceWithWatchdogRestartUserAndSandbox) {
   const std::string u = unit(UnitRole::head);
-  for (const char* line : {"Type=notify", "ExecStart=/usr/local/bin/tandem serve -c /etc/tandem/tandem.toml", "WatchdogSec=60",
-                           "Restart=on-failure", "RestartPreventExitStatus=2", "User=tandem", "Group=tandem", "NoNewPrivileges=yes",
-                           "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "StateDirectory=tandem",
-                           "CapabilityBoundingSet=", "RestrictNamespaces=yes", "TimeoutStartSec=infinity",
-                           "WantedBy=multi-user.target"}) {
+  for (const char* line :
+       {"Type=notify", "ExecStart=/usr/local/bin/tandem serve -c /etc/tandem/tandem.toml", "WatchdogSec=60",
+        "Restart=on-failure", "RestartPreventExitStatus=2", "User=tandem", "Group=tandem", "NoNewPrivileges=yes",
+        "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "StateDirectory=tandem",
+        "CapabilityBoundingSet=", "RestrictNamespaces=yes", "TimeoutStartSec=infinity", "WantedBy=multi-user.target"}) {
     EXPECT_TRUE(has_line(u, line)) << "missing '" << line << "' in\n" << u;
   }
   EXPECT_EQ(u.find("AmbientCapabilities"), std::string::npos) << u;
@@ -62,8 +62,8 @@ TEST(SystemdUnits, WorkerReadsItsTableAndMayCreateOnlyANetworkNamespace) {
   EXPECT_TRUE(has_line(u, "ExecStart=/usr/local/bin/tandem worker -c /etc/tandem/tandem.toml --name box-b")) << u;
   for (const char* line : {"Type=notify", "WatchdogSec=60", "Restart=on-failure", "User=tandem", "NoNewPrivileges=yes",
                            "ProtectSystem=strict", "PrivateTmp=yes", "CacheDirectory=tandem/rpc",
-                           "AmbientCapabilities=CAP_SYS_ADMIN CAP_NET_ADMIN", "CapabilityBoundingSet=CAP_SYS_ADMIN CAP_NET_ADMIN",
-                           "RestrictNamespaces=net"}) {
+                           "AmbientCapabilities=CAP_SYS_ADMIN CAP_NET_ADMIN",
+                           "CapabilityBoundingSet=CAP_SYS_ADMIN CAP_NET_ADMIN", "RestrictNamespaces=net"}) {
     EXPECT_TRUE(has_line(u, line)) << "missing '" << line << "' in\n" << u;
   }
   EXPECT_FALSE(has_line(u, "PrivateNetwork=yes"));
@@ -104,7 +104,8 @@ TEST(SystemdUnits, RelativeConfigPathsAreRefused) {
 // deploy/ holds the units generated from deploy/tandem.example.toml: they must not drift.
 TEST(SystemdUnits, DeployExamplesAreWhatTheCommandPrints) {
   ScratchDir dir;
-  for (const auto& [role, file] : {std::pair{"head", "tandem-head.service"}, std::pair{"worker", "tandem-worker.service"}}) {
+  for (const auto& [role, file] :
+       {std::pair{"head", "tandem-head.service"}, std::pair{"worker", "tandem-worker.service"}}) {
     // The example units name /etc/tandem/tandem.toml: generate from a copy there in spirit, by
     // giving the command the same absolute path through a symlink-free rewrite of the header.
     auto r = run_tandem(std::string("systemd --role ") + role + " -c " + kExample, dir.file(""));
@@ -113,13 +114,15 @@ TEST(SystemdUnits, DeployExamplesAreWhatTheCommandPrints) {
     std::string expected((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::string got = r.out;
     // Only the config path differs: the source tree's against the installed one.
-    for (size_t at; (at = got.find(kExample)) != std::string::npos;) got.replace(at, kExample.size(), "/etc/tandem/tandem.toml");
+    for (size_t at; (at = got.find(kExample)) != std::string::npos;)
+      got.replace(at, kExample.size(), "/etc/tandem/tandem.toml");
     EXPECT_EQ(got, expected) << "regenerate deploy/" << file << " (docs/deploy.md says how)";
   }
 }
 
 TEST(SystemdUnits, SystemdAnalyzeVerifyAcceptsBoth) {
-  if (std::system("command -v systemd-analyze >/dev/null 2>&1") != 0) GTEST_SKIP() << "systemd-analyze is not installed";
+  if (std::system("command -v systemd-analyze >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "systemd-analyze is not installed";
   ScratchDir dir;
   for (UnitRole role : {UnitRole::head, UnitRole::worker}) {
     UnitOptions o;

@@ -68,7 +68,7 @@ TEST(ModelInfo, ActiveBytesMatchAHandComputedModel) {
   // of the preset's tokenizer (read from the file: the arithmetic holds for any vocabulary).
   const uint64_t V = info->n_vocab;
   ASSERT_GT(V, 1000u);
-  const uint64_t embedding = 256;                          // one row
+  const uint64_t embedding = 256;  // one row
   const uint64_t attention_layer = 256 + 256 * 256 + 2 * 256 * 128 + 256 * 256 + 2 * 64;
   const uint64_t indexer = 256 * 128 + 256 * 64 + 2 * 64;  // MoE layer only
   const uint64_t norms = 2 * 256;                          // ffn_norm of both layers
@@ -95,7 +95,8 @@ TEST(ModelInfo, JsonHasTheDocumentedFields) {
   auto info = read_model_info(write_tiny(dir));
   ASSERT_TRUE(info.is_ok());
   const std::string json = model_info_to_json(info.value());
-  for (const char* key : {"\"arch\": \"minimax-m3\"", "\"n_layer\": 4", "\"n_params\"", "\"bytes\"", "\"active_bytes_per_token\""}) {
+  for (const char* key :
+       {"\"arch\": \"minimax-m3\"", "\"n_layer\": 4", "\"n_params\"", "\"bytes\"", "\"active_bytes_per_token\""}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
   }
 }
@@ -181,7 +182,10 @@ std::string gguf_with_shape(const std::vector<uint64_t>& ne) {
   std::string b = "GGUF";
   auto u32 = [&](uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); };
   auto u64 = [&](uint64_t v) { b.append(reinterpret_cast<const char*>(&v), 8); };
-  auto str = [&](const std::string& v) { u64(v.size()); b += v; };
+  auto str = [&](const std::string& v) {
+    u64(v.size());
+    b += v;
+  };
   u32(3);  // version
   u64(1);  // tensors
   u64(2);  // key-value pairs

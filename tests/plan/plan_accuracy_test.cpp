@@ -35,7 +35,8 @@ struct ContextDeleter {
 
 // Bytes per device after loading with `placement`: "head" for the CPU buffer types, otherwise the
 // RPC endpoint that the buffer type's name carries ("RPC0[127.0.0.1:40227]").
-std::map<std::string, Actual> measure(const std::string& model, const engine::Placement& placement, const MemoryOptions& m) {
+std::map<std::string, Actual> measure(const std::string& model, const engine::Placement& placement,
+                                      const MemoryOptions& m) {
   engine::LoadOptions lo;
   lo.model = model;
   lo.placement = placement;
@@ -85,7 +86,8 @@ NodeSpec node(const std::string& name, DeviceKind kind, uint64_t free_bytes, dou
 // Three equal nodes with the least memory that fits: the layers must spread over all of them.
 std::vector<NodeSpec> tightest_equal_nodes(const ModelInfo& info, const PlanOptions& o) {
   auto nodes = [](uint64_t free) {
-    return std::vector<NodeSpec>{node("head", DeviceKind::cpu, free), node("w1", DeviceKind::gpu, free), node("w2", DeviceKind::gpu, free)};
+    return std::vector<NodeSpec>{node("head", DeviceKind::cpu, free), node("w1", DeviceKind::gpu, free),
+                                 node("w2", DeviceKind::gpu, free)};
   };
   uint64_t lo = 1, hi = uint64_t{1} << 32;  // hi fits, lo does not
   while (hi - lo > (uint64_t{1} << 16)) {
@@ -102,7 +104,8 @@ std::vector<NodeSpec> head_without_layers(const ModelInfo& info, const PlanOptio
   const ModelCosts c = model_costs(info, o.memory).value();
   const uint64_t head = c.input_weights + c.other_weights + c.host_output + c.compute_host;
   auto nodes = [&](uint64_t free) {
-    return std::vector<NodeSpec>{node("head", DeviceKind::cpu, head), node("w1", DeviceKind::gpu, free), node("w2", DeviceKind::gpu, free)};
+    return std::vector<NodeSpec>{node("head", DeviceKind::cpu, head), node("w1", DeviceKind::gpu, free),
+                                 node("w2", DeviceKind::gpu, free)};
   };
   uint64_t lo = 1, hi = uint64_t{1} << 32;  // hi fits, lo does not
   while (hi - lo > (uint64_t{1} << 16)) {
@@ -162,13 +165,16 @@ void check_prediction(const synth::ModelSpec& spec, const MemoryOptions& memory,
     const Actual& a = actual.at(key);
     // A worker's repeated-input slots and the input slots are tandem's, taken at the first step:
     // libllama's breakdown and the stock servers measured here never hold them.
-    const bool sparse = d.n_layers > 0 && costs->sparse_before[d.first_layer + d.n_layers] > costs->sparse_before[d.first_layer];
-    const uint64_t slots = (!d.head && sparse ? costs->worker_reuse_slots : 0) + (!d.host && (d.n_layers > 0 || d.output) ? costs->input_slots : 0);
+    const bool sparse =
+        d.n_layers > 0 && costs->sparse_before[d.first_layer + d.n_layers] > costs->sparse_before[d.first_layer];
+    const uint64_t slots = (!d.head && sparse ? costs->worker_reuse_slots : 0) +
+                           (!d.host && (d.n_layers > 0 || d.output) ? costs->input_slots : 0);
     const uint64_t need = d.need() - slots;
-    std::printf("%-5s layers %d+%d%s: weights predicted %llu actual %llu (%.3f); total predicted %llu actual %llu (%.3f)\n",
-                d.node.c_str(), d.first_layer, d.n_layers, d.output ? " +out" : "", static_cast<unsigned long long>(d.weights),
-                static_cast<unsigned long long>(a.weights), ratio(d.weights, a.weights),
-                static_cast<unsigned long long>(need), static_cast<unsigned long long>(a.total), ratio(need, a.total));
+    std::printf(
+        "%-5s layers %d+%d%s: weights predicted %llu actual %llu (%.3f); total predicted %llu actual %llu (%.3f)\n",
+        d.node.c_str(), d.first_layer, d.n_layers, d.output ? " +out" : "", static_cast<unsigned long long>(d.weights),
+        static_cast<unsigned long long>(a.weights), ratio(d.weights, a.weights), static_cast<unsigned long long>(need),
+        static_cast<unsigned long long>(a.total), ratio(need, a.total));
     EXPECT_NEAR(ratio(d.weights, a.weights), 1.0, 0.05) << d.node << ": weights";
     EXPECT_NEAR(ratio(need, a.total), 1.0, 0.10) << d.node << ": total";
   }
@@ -182,7 +188,8 @@ TEST(PlanAccuracy, TinyModelOnAHeadAndTwoWorkers) {
   // every node gets a share.
   check_prediction(synth::preset("tiny").value(), m, [](const ModelInfo& info, const PlanOptions& o) {
     const uint64_t mib = uint64_t{1} << 20, slots = model_costs(info, o.memory)->input_slots;
-    return std::vector<NodeSpec>{node("head", DeviceKind::cpu, 16 * mib, 300e9), node("w1", DeviceKind::gpu, 12 * mib + slots, 200e9),
+    return std::vector<NodeSpec>{node("head", DeviceKind::cpu, 16 * mib, 300e9),
+                                 node("w1", DeviceKind::gpu, 12 * mib + slots, 200e9),
                                  node("w2", DeviceKind::gpu, 1024 * mib, 100e9)};
   });
 }

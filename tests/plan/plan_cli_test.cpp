@@ -178,8 +178,11 @@ TEST(PlanCli, DeclaredPlansFromTheFileAloneLivePlansAskTheWorkers) {
   const std::string model = dir.file("tiny.gguf");
   ASSERT_TRUE(synth::write_model(synth::preset("tiny").value(), model, {}).is_ok());
   const std::string cfg = dir.file("tandem.toml");
-  tandem::testing::write_file(cfg, "[cluster]\nhead_memory = \"4GiB\"\n[[worker]]\nname = \"b\"\naddress = \"127.0.0.1:7070\"\n"
-                                   "memory = \"4GiB\"\n[model]\npath = \"" + model + "\"\ncontext = 512\n");
+  tandem::testing::write_file(
+      cfg,
+      "[cluster]\nhead_memory = \"4GiB\"\n[[worker]]\nname = \"b\"\naddress = \"127.0.0.1:7070\"\n"
+      "memory = \"4GiB\"\n[model]\npath = \"" +
+          model + "\"\ncontext = 512\n");
   auto r = run_tandem("plan -c " + cfg + " --declared", dir.file(""));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("fits"), std::string::npos) << r.out;
@@ -191,8 +194,11 @@ TEST(PlanCli, DeclaredPlansFromTheFileAloneLivePlansAskTheWorkers) {
   EXPECT_NE(live.err.find("--declared"), std::string::npos) << live.err;
 
   // --declared needs every node's memory, and says which lacks it.
-  tandem::testing::write_file(cfg, "[cluster]\nhead_memory = \"4GiB\"\n[[worker]]\nname = \"b\"\naddress = \"127.0.0.1:7070\"\n"
-                                   "[model]\npath = \"" + model + "\"\n");
+  tandem::testing::write_file(
+      cfg,
+      "[cluster]\nhead_memory = \"4GiB\"\n[[worker]]\nname = \"b\"\naddress = \"127.0.0.1:7070\"\n"
+      "[model]\npath = \"" +
+          model + "\"\n");
   auto undeclared = run_tandem("plan -c " + cfg + " --declared", dir.file(""));
   EXPECT_EQ(undeclared.exit_code, 2);
   EXPECT_NE(undeclared.err.find("'b' has no memory"), std::string::npos) << undeclared.err;

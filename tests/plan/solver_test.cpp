@@ -36,7 +36,8 @@ ModelInfo toy_model(int n_layer, uint64_t layer_mib) {
     m.tensors.push_back(t);
   };
   add("token_embd.weight", -1, WeightRole::embedding, 4 * kMiB);
-  for (int i = 0; i < n_layer; ++i) add("blk." + std::to_string(i) + ".attn_q.weight", i, WeightRole::attention, layer_mib * kMiB);
+  for (int i = 0; i < n_layer; ++i)
+    add("blk." + std::to_string(i) + ".attn_q.weight", i, WeightRole::attention, layer_mib * kMiB);
   add("output.weight", -1, WeightRole::output, 4 * kMiB);
   return m;
 }
@@ -67,8 +68,8 @@ struct Case {
   int n_layer;
   std::vector<NodeSpec> nodes;
   bool fits;
-  std::vector<int> layers;              // per device, when it fits
-  std::vector<std::string> rpc_nodes;   // workers on the path
+  std::vector<int> layers;             // per device, when it fits
+  std::vector<std::string> rpc_nodes;  // workers on the path
 };
 
 TEST(Solver, PlacesContiguousRangesAsTheCostModelSays) {
@@ -76,11 +77,25 @@ TEST(Solver, PlacesContiguousRangesAsTheCostModelSays) {
       {"one node holds everything", 10, {node("a", 1024)}, true, {10}, {}},
       {"two equal nodes that each hold 60%: balanced", 10, {node("a", 80), node("b", 80)}, true, {5, 5}, {"b"}},
       {"the fast node fills up first", 10, {node("a", 60, 100e9), node("b", 1024, 400e9)}, true, {0, 10}, {"b"}},
-      {"a slow head keeps only what the fast worker cannot take", 10, {node("a", 1024, 20e9), node("b", 60, 400e9)}, true,
-       {5, 5}, {"b"}},
-      {"more nodes than layers", 2, {node("a", 64), node("b", 64), node("c", 64), node("d", 64)}, true, {2, 0, 0, 0}, {}},
+      {"a slow head keeps only what the fast worker cannot take",
+       10,
+       {node("a", 1024, 20e9), node("b", 60, 400e9)},
+       true,
+       {5, 5},
+       {"b"}},
+      {"more nodes than layers",
+       2,
+       {node("a", 64), node("b", 64), node("c", 64), node("d", 64)},
+       true,
+       {2, 0, 0, 0},
+       {}},
       // Equal bandwidth: the same time either way, and c is the least full when it takes all.
-      {"a worker with no free memory is skipped", 10, {node("a", 60), node("b", 0), node("c", 1024)}, true, {0, 0, 10}, {"c"}},
+      {"a worker with no free memory is skipped",
+       10,
+       {node("a", 60), node("b", 0), node("c", 1024)},
+       true,
+       {0, 0, 10},
+       {"c"}},
       {"a head with no free memory cannot hold the embedding", 10, {node("a", 0), node("b", 1024)}, false, {}, {}},
       {"too little memory in all", 10, {node("a", 40), node("b", 40)}, false, {}, {}},
   };
@@ -151,7 +166,8 @@ TEST(Solver, TheWorkerThatRunsLayerZeroHoldsACopyOfTheTokenEmbedding) {
   auto cpu_head = solve(toy_model(10, 10), {node("a", 80, 100e9, DeviceKind::cpu), node("b", 80)}, options());
   ASSERT_TRUE(cpu_head.is_ok() && cpu_head->fits) << cpu_head->failure;
   ASSERT_GT(cpu_head->devices[1].first_layer, 0);
-  EXPECT_EQ(cpu_head->devices[1].weights, static_cast<uint64_t>(cpu_head->devices[1].n_layers) * 10 * kMiB + 4 * kMiB);  // + output
+  EXPECT_EQ(cpu_head->devices[1].weights,
+            static_cast<uint64_t>(cpu_head->devices[1].n_layers) * 10 * kMiB + 4 * kMiB);  // + output
 
   // A head with room for one layer at most leaves the others and the table to the worker. Short by
   // less than the table, the plan keeps the table on the head only (and serve tells the engine).
@@ -170,8 +186,11 @@ TEST(Solver, TheWorkerThatRunsLayerZeroHoldsACopyOfTheTokenEmbedding) {
   ASSERT_TRUE(short_by_the_table.is_ok() && short_by_the_table->fits) << short_by_the_table->failure;
   EXPECT_FALSE(short_by_the_table->split.embedding_on_worker);
   EXPECT_FALSE(short_by_the_table->devices[1].embedding_copy);
-  EXPECT_EQ(short_by_the_table->devices[1].weights, static_cast<uint64_t>(short_by_the_table->devices[1].n_layers) * 10 * kMiB);
-  EXPECT_NE(format_plan(short_by_the_table.value(), toy_model(10, 10), options()).find("token embedding: on the head only"), std::string::npos);
+  EXPECT_EQ(short_by_the_table->devices[1].weights,
+            static_cast<uint64_t>(short_by_the_table->devices[1].n_layers) * 10 * kMiB);
+  EXPECT_NE(
+      format_plan(short_by_the_table.value(), toy_model(10, 10), options()).find("token embedding: on the head only"),
+      std::string::npos);
 }
 
 TEST(Solver, AGpuHeadAloneKeepsTheUsualOrder) {
@@ -329,8 +348,10 @@ TEST(MemoryModel, AWorkersSparseLayersHoldTheRepeatedInputSlots) {
   ASSERT_TRUE(plan->fits) << plan->failure;
   bool worker_sparse = false;
   for (const DeviceAssignment& d : plan->devices) {
-    const bool sparse = d.n_layers > 0 && c->sparse_before[d.first_layer + d.n_layers] > c->sparse_before[d.first_layer];
-    uint64_t base = compute_bytes(c.value(), d.first_layer, d.n_layers, d.output, false, plan->pipeline) + c->input_slots;
+    const bool sparse =
+        d.n_layers > 0 && c->sparse_before[d.first_layer + d.n_layers] > c->sparse_before[d.first_layer];
+    uint64_t base =
+        compute_bytes(c.value(), d.first_layer, d.n_layers, d.output, false, plan->pipeline) + c->input_slots;
     if (d.embedding_copy && plan->pipeline) base -= 4 * c->embedding_rows;  // rows gathered there, not 4 input copies
     if (!d.head && sparse) {
       worker_sparse = true;
@@ -368,9 +389,12 @@ TEST(MemoryModel, EveryDeviceThatReadsAStepsInputsHoldsTheInputSlots) {
   for (const Plan* p : {&with_cpu_head.value(), &with_gpu_head.value()}) {
     for (const DeviceAssignment& d : p->devices) {
       if (d.n_layers == 0 && !d.output) continue;
-      const bool sparse = d.n_layers > 0 && c->sparse_before[d.first_layer + d.n_layers] > c->sparse_before[d.first_layer];
-      uint64_t expected = compute_bytes(c.value(), d.first_layer, d.n_layers, d.output, d.host && d.kind == DeviceKind::cpu, p->pipeline);
-      if (d.host && d.kind == DeviceKind::gpu) expected += c->compute_host - (d.first_layer > 0 ? 2 * c->embedding_rows : 0);
+      const bool sparse =
+          d.n_layers > 0 && c->sparse_before[d.first_layer + d.n_layers] > c->sparse_before[d.first_layer];
+      uint64_t expected = compute_bytes(c.value(), d.first_layer, d.n_layers, d.output,
+                                        d.host && d.kind == DeviceKind::cpu, p->pipeline);
+      if (d.host && d.kind == DeviceKind::gpu)
+        expected += c->compute_host - (d.first_layer > 0 ? 2 * c->embedding_rows : 0);
       if (d.embedding_copy && p->pipeline) expected -= 4 * c->embedding_rows;
       if (!d.head && sparse) expected += c->worker_reuse_slots;
       const bool reads = !(d.host && d.kind == DeviceKind::cpu);
@@ -418,11 +442,13 @@ TEST(PlanConfig, AnUnknownKvTypeNamesTheKey) {
 }
 
 TEST(PlanConfig, DeclaredPlanningNamesTheNodeWithoutMemory) {
-  auto c = config::parse_config("[cluster]\nhead_memory = \"8GiB\"\n[[worker]]\nname = \"b\"\naddress = \"h:1\"\n", "t.toml");
+  auto c = config::parse_config("[cluster]\nhead_memory = \"8GiB\"\n[[worker]]\nname = \"b\"\naddress = \"h:1\"\n",
+                                "t.toml");
   ASSERT_TRUE(c.is_ok());
   auto nodes = declared_nodes(c.value());
   ASSERT_FALSE(nodes.is_ok());
-  EXPECT_NE(nodes.status().message().find(":3: [[worker]] 'b' has no memory"), std::string::npos) << nodes.status().message();
+  EXPECT_NE(nodes.status().message().find(":3: [[worker]] 'b' has no memory"), std::string::npos)
+      << nodes.status().message();
 }
 
 std::vector<config::LayerShare> shares(const std::string& text) { return config::parse_layers(text).value(); }
@@ -467,10 +493,11 @@ TEST(HandSplit, MistakesAreNamed) {
     const char* layers;
     const char* expected;
   };
-  for (const Bad& b : {Bad{"10", "gives 1 share(s) for 2 nodes (one per node, head first: a, b)"},
-                       Bad{"3,3", "covers 6 layers, the model has 10"},
-                       Bad{"0-2,3-9", "not the order the layers run in (on a GPU head the workers run the first layers"},
-                       Bad{"0-2,3-9", "these counts run as 7-9,0-6"}}) {
+  for (const Bad& b :
+       {Bad{"10", "gives 1 share(s) for 2 nodes (one per node, head first: a, b)"},
+        Bad{"3,3", "covers 6 layers, the model has 10"},
+        Bad{"0-2,3-9", "not the order the layers run in (on a GPU head the workers run the first layers"},
+        Bad{"0-2,3-9", "these counts run as 7-9,0-6"}}) {
     PlanOptions o = options();
     o.layers = shares(b.layers);
     auto p = solve(toy_model(10, 4), nodes, o);

@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "ggml.h"
 #include "ggml-cpu.h"
+#include "ggml.h"
 
 namespace tandem::synth {
 namespace {

@@ -70,15 +70,17 @@ TEST_P(EveryArchAndType, WritesLoadsAndGenerates) {
   write_load_generate(small(std::get<0>(GetParam()), std::get<1>(GetParam())), dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Synth, EveryArchAndType,
-    ::testing::Combine(::testing::Values("tiny", "tiny-qwen3moe"),
-                       ::testing::Values(GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_IQ4_XS)),
-    [](const auto& info) {
-      std::string name = std::get<0>(info.param) + "_" + ggml_type_name(static_cast<ggml_type>(std::get<1>(info.param)));
-      for (char& c : name) if (c == '-') c = '_';
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Synth, EveryArchAndType,
+                         ::testing::Combine(::testing::Values("tiny", "tiny-qwen3moe"),
+                                            ::testing::Values(GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
+                                                              GGML_TYPE_Q4_K, GGML_TYPE_IQ4_XS)),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param) + "_" +
+                                              ggml_type_name(static_cast<ggml_type>(std::get<1>(info.param)));
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
 
 TEST(Synth, SameSeedWritesIdenticalFiles) {
   ScratchDir dir;

@@ -12,12 +12,12 @@
 #include "common/cached_tensor.h"
 #include "ggml-backend.h"
 #include "ggml.h"
-#include "test_util.h"
 #include "link/protocol.h"
+#include "test_util.h"
 
 using tandem::link::CachedMarker;
-using tandem::link::kCachedMarkerSize;
 using tandem::link::encode_cached_marker;
+using tandem::link::kCachedMarkerSize;
 
 namespace tandem::worker {
 namespace {

@@ -20,10 +20,10 @@ namespace {
 
 using namespace tandem::testing;
 
-constexpr uint8_t kHello = 14;      // RPC_CMD_HELLO, frozen by ggml
-constexpr size_t kHelloReq = 24;    // rpc_msg_hello_req: the connection capabilities
-constexpr size_t kHelloRsp = 28;    // rpc_msg_hello_rsp: version, padding, capabilities
-constexpr uint8_t kCommands = 19;   // RPC_CMD_COUNT of the pinned ggml
+constexpr uint8_t kHello = 14;     // RPC_CMD_HELLO, frozen by ggml
+constexpr size_t kHelloReq = 24;   // rpc_msg_hello_req: the connection capabilities
+constexpr size_t kHelloRsp = 28;   // rpc_msg_hello_rsp: version, padding, capabilities
+constexpr uint8_t kCommands = 19;  // RPC_CMD_COUNT of the pinned ggml
 
 std::vector<uint8_t> command(uint8_t cmd, uint64_t size, const std::vector<uint8_t>& payload) {
   std::vector<uint8_t> b = {cmd};
@@ -65,7 +65,8 @@ bool honest_hello_works(const WorkerProcess& w, const link::Secret& secret) {
   link::Fd fd = rpc_session(w, secret);
   if (!fd.valid()) return false;
   const auto h = hello();
-  if (link::write_all(fd.get(), h.data(), h.size(), link::deadline_in(link::Millis(3000))) != link::Io::ok) return false;
+  if (link::write_all(fd.get(), h.data(), h.size(), link::deadline_in(link::Millis(3000))) != link::Io::ok)
+    return false;
   uint8_t rsp[8 + kHelloRsp];
   if (link::read_exact(fd.get(), rsp, sizeof rsp, link::deadline_in(link::Millis(5000))) != link::Io::ok) return false;
   uint64_t size = 0;
@@ -132,8 +133,8 @@ TEST(HostilePeer, GarbageOnAnRpcConnectionNeverKillsTheWorker) {
   auto st = link::control_request(w.ep(), secret, "status", link::default_handshake_options());
   ASSERT_TRUE(st.is_ok()) << st.status().message();
   EXPECT_EQ(st.value()["rpc_server"]["state"], "running") << st.value().dump();
-  std::printf("hostile peer: %zu attacks, the RPC child was restarted %d times, the worker never died\n", attacks.size(),
-              st.value()["rpc_server"]["restarts"].get<int>());
+  std::printf("hostile peer: %zu attacks, the RPC child was restarted %d times, the worker never died\n",
+              attacks.size(), st.value()["rpc_server"]["restarts"].get<int>());
   EXPECT_TRUE(w.process().running());
 }
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "common/cached_tensor.h"
+#include "link/protocol.h"
 #include "link/socket_pair.h"
 #include "test_util.h"
-#include "link/protocol.h"
 
 using tandem::link::encode_cached_marker;
 
@@ -48,11 +48,15 @@ Bytes answer(const Bytes& payload) {
   return a;
 }
 
-void put(int fd, const Bytes& b) { ASSERT_EQ(::send(fd, b.data(), b.size(), MSG_NOSIGNAL), static_cast<ssize_t>(b.size())); }
+void put(int fd, const Bytes& b) {
+  ASSERT_EQ(::send(fd, b.data(), b.size(), MSG_NOSIGNAL), static_cast<ssize_t>(b.size()));
+}
 
 // True when nothing (more) is readable within `ms`.
 bool quiet(int fd, int ms) {
-  struct timeval tv{0, ms * 1000};
+  struct timeval tv {
+    0, ms * 1000
+  };
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   uint8_t c;
   const ssize_t r = ::recv(fd, &c, 1, 0);
@@ -65,12 +69,12 @@ Bytes marker_set_tensor(uint64_t hash, uint64_t bytes, Bytes* tensor) {
   tensor->assign(kTensor, 0);
   for (size_t i = 0; i < kTensor; ++i) (*tensor)[i] = static_cast<uint8_t>(i * 7);
   Bytes p = *tensor;
-  p.push_back(0);                        // cache flag
+  p.push_back(0);  // cache flag
   const Bytes off = u64(0);
   p.insert(p.end(), off.begin(), off.end());
   const auto m = encode_cached_marker({hash, bytes});
   p.insert(p.end(), m.begin(), m.end());
-  return frame(6, p);                    // RPC_CMD_SET_TENSOR
+  return frame(6, p);  // RPC_CMD_SET_TENSOR
 }
 
 class RpcSplice : public ::testing::Test {

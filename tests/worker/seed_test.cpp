@@ -17,11 +17,11 @@
 #include "engine/hash_memo.h"
 #include "engine/model_loader.h"
 #include "link/forwarder.h"
+#include "link/protocol.h"
 #include "plan/model_info.h"
 #include "synth/presets.h"
 #include "synth/writer.h"
 #include "worker_env.h"
-#include "link/protocol.h"
 
 using tandem::link::encode_cached_marker;
 using tandem::link::parse_cached_marker;
@@ -98,14 +98,14 @@ TEST(Seed, ASeededCacheSendsUnderOnePercentOfTheWorkersShare) {
 
   const uint64_t unseeded = load_through_link(dir, model, dir.file("cache-a"), "box-a");
 
-  auto seeded_run = run_tandem("worker seed -m " + model + " --cache-dir " + dir.file("cache-b") + " --layers 1-1",
-                               dir.file(""));
+  auto seeded_run =
+      run_tandem("worker seed -m " + model + " --cache-dir " + dir.file("cache-b") + " --layers 1-1", dir.file(""));
   ASSERT_EQ(seeded_run.exit_code, 0) << seeded_run.err;
   const uint64_t seeded = load_through_link(dir, model, dir.file("cache-b"), "box-b");
 
   std::printf("worker share %llu bytes; link bytes unseeded %llu (%.2f%%), seeded %llu (%.3f%%)\n",
-              static_cast<unsigned long long>(share), static_cast<unsigned long long>(unseeded), 100.0 * unseeded / share,
-              static_cast<unsigned long long>(seeded), 100.0 * seeded / share);
+              static_cast<unsigned long long>(share), static_cast<unsigned long long>(unseeded),
+              100.0 * unseeded / share, static_cast<unsigned long long>(seeded), 100.0 * seeded / share);
   EXPECT_GT(unseeded, share * 95 / 100);
   EXPECT_LT(seeded, share / 100);
   // The unseeded load made ggml fill cache-a itself (its last file may still have been in writing

@@ -6,22 +6,23 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 #include <thread>
-#include <nlohmann/json.hpp>
 
 #include "common/build_info.h"
-#include "engine/generate.h"
 #include "datapath/local_casts.h"
 #include "datapath/rpc_writes.h"
 #include "datapath/worker_embedding.h"
-#include "plan/model_info.h"
+#include "engine/generate.h"
 #include "link/forwarder.h"
+#include "plan/model_info.h"
 #include "synth/presets.h"
 #include "synth/writer.h"
 #include "worker_env.h"
@@ -131,7 +132,8 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
     split.placement.reuse_inputs = reuse;
     split.placement.worker_input_slots = false;  // the path of inputs beyond the slots
     split.placement.input_runs = false;          // the masks' bytes otherwise
-    const uint64_t copies = datapath::AsyncRpcWrites::reused_writes(), spared = datapath::AsyncRpcWrites::bytes_not_sent();
+    const uint64_t copies = datapath::AsyncRpcWrites::reused_writes(),
+                   spared = datapath::AsyncRpcWrites::bytes_not_sent();
     const uint64_t identified = datapath::AsyncRpcWrites::identified_writes();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
@@ -178,7 +180,8 @@ TEST_F(Split, WorkerInputSlotsGiveTheTokensOfOneProcessWithFewerBytes) {
     split.placement.reuse_inputs = false;  // the bytes of every copy otherwise
     split.placement.input_runs = false;
     split.placement.worker_input_slots = slots;
-    const uint64_t slotted = datapath::AsyncRpcWrites::slotted_inputs(), spared = datapath::AsyncRpcWrites::slot_bytes_not_sent();
+    const uint64_t slotted = datapath::AsyncRpcWrites::slotted_inputs(),
+                   spared = datapath::AsyncRpcWrites::slot_bytes_not_sent();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (slots ? "with" : "without") << " input slots";
@@ -209,7 +212,8 @@ TEST_F(Split, InputsBeyondTheWorkerInputSlotsTakeTheOtherPaths) {
   GenerateOptions split = through_worker(longer, *f);
   split.placement.tandem_workers = {local(*f)};
   split.placement.input_slot_bytes = 1u << 20;
-  const uint64_t slotted = datapath::AsyncRpcWrites::slotted_inputs(), copies = datapath::AsyncRpcWrites::reused_writes();
+  const uint64_t slotted = datapath::AsyncRpcWrites::slotted_inputs(),
+                 copies = datapath::AsyncRpcWrites::reused_writes();
   auto through = generate(split);
   ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
   EXPECT_EQ(through->tokens, alone->tokens);
@@ -234,7 +238,8 @@ TEST_F(Split, MasksGoToATandemWorkerAsRunsAndTheTokensStayTheSame) {
     GenerateOptions split = through_worker(longer, *f);
     split.placement.tandem_workers = {local(*f)};
     split.placement.input_runs = runs;
-    const uint64_t inputs = datapath::AsyncRpcWrites::run_inputs(), spared = datapath::AsyncRpcWrites::run_bytes_not_sent();
+    const uint64_t inputs = datapath::AsyncRpcWrites::run_inputs(),
+                   spared = datapath::AsyncRpcWrites::run_bytes_not_sent();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (runs ? "with" : "without") << " runs";
@@ -253,7 +258,8 @@ TEST_F(Split, MasksGoToATandemWorkerAsRunsAndTheTokensStayTheSame) {
   for (int i = 0; i < 100 && expanded.size() < 2; ++i) {
     expanded.clear();
     const std::string log = w.log();
-    for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it) expanded.push_back(std::stoull((*it)[1]));
+    for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it)
+      expanded.push_back(std::stoull((*it)[1]));
     if (expanded.size() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_EQ(expanded.size(), 2u) << w.log();
@@ -269,7 +275,9 @@ struct MaskOnTheFirst {
   WorkerProcess w1, w2;
   std::unique_ptr<link::Forwarder> f1, f2;
   MaskOnTheFirst(const ScratchDir& dir)
-      : secret(make_secret(dir.file("cluster.key"))), w1(dir, "box-b", dir.file("cluster.key")), w2(dir, "box-c", dir.file("cluster.key")) {}
+      : secret(make_secret(dir.file("cluster.key"))),
+        w1(dir, "box-b", dir.file("cluster.key")),
+        w2(dir, "box-c", dir.file("cluster.key")) {}
   // The split of `base` through both; nullopt when a worker did not come up.
   std::optional<GenerateOptions> split(const GenerateOptions& base) {
     if (!w1.up() || !w2.up()) return std::nullopt;
@@ -301,7 +309,8 @@ TEST_F(Split, AMaskOneWorkerMadeCrossesOncePerStepOrIsMadeOnTheHead) {
     GenerateOptions run = *split;
     run.placement.local_casts = casts;  // --no-local-casts when false
     const uint64_t before = two.f1->stats().bytes_from_worker, made = datapath::local_casts();
-    const uint64_t relayed = datapath::AsyncRpcWrites::relayed_results(), not_read = datapath::AsyncRpcWrites::relayed_bytes_not_read();
+    const uint64_t relayed = datapath::AsyncRpcWrites::relayed_results(),
+                   not_read = datapath::AsyncRpcWrites::relayed_bytes_not_read();
     auto through = generate(run);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << two.w1.log() << two.w2.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (casts ? "made on the head" : "read from the worker");
@@ -313,7 +322,8 @@ TEST_F(Split, AMaskOneWorkerMadeCrossesOncePerStepOrIsMadeOnTheHead) {
       EXPECT_EQ(datapath::local_casts() - made, 0u);
       // Per prompt chunk the second worker's two layers each copy the mask: one read, one repeat.
       EXPECT_GE(datapath::AsyncRpcWrites::relayed_results() - relayed, 2u);
-      EXPECT_GE(datapath::AsyncRpcWrites::relayed_bytes_not_read() - not_read, 1u << 20);  // the first chunk's 512 × 512 × 4
+      EXPECT_GE(datapath::AsyncRpcWrites::relayed_bytes_not_read() - not_read,
+                1u << 20);  // the first chunk's 512 × 512 × 4
     }
   }
   EXPECT_LE(from_first[1] + (1u << 20), from_first[0]) << from_first[1] << " against " << from_first[0];
@@ -359,8 +369,63 @@ TEST_F(Split, TheWorkerRunningLayerZeroGathersTheEmbeddingRowsItself) {
   const int64_t rows = static_cast<int64_t>(tokens * (info->n_embd * 4 - 4));
   const int64_t diff = static_cast<int64_t>(sent[1]) - static_cast<int64_t>(sent[0]);
   EXPECT_NEAR(static_cast<double>(diff), static_cast<double>(static_cast<int64_t>(table) - rows), 64.0 * 1024)
-      << "with the table on the worker " << sent[1] << " bytes, without " << sent[0] << "; table " << table << ", rows " << rows;
+      << "with the table on the worker " << sent[1] << " bytes, without " << sent[0] << "; table " << table << ", rows "
+      << rows;
 }
+
+// The oracle on every architecture the presets have (minimax-m3's sparse attention, qwen3moe's
+// dense attention and experts without a shared one): a long prompt (two chunks) and its tokens
+// through one tandem worker after a head CPU layer, and through two workers holding every layer,
+// with every data-path mechanism on, are those of one process.
+class SplitArchitectures : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SplitArchitectures, EveryMechanismOnGivesTheTokensOfOneProcess) {
+  ScratchDir dir;
+  const std::string model = dir.file(std::string(GetParam()) + ".gguf");
+  synth::ModelSpec spec = synth::preset(GetParam()).value();
+  spec.vocab = "ggml-vocab-llama-spm.gguf";  // as in Split, for the same reason
+  ASSERT_TRUE(synth::write_model(spec, model, {}).is_ok());
+  const GenerateOptions longer = long_prompt_options(model, 8);
+  auto alone = generate(longer);
+  ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+
+  const link::Secret secret = make_secret(dir.file("cluster.key"));
+  WorkerProcess w1(dir, "box-b", dir.file("cluster.key"));
+  WorkerProcess w2(dir, "box-c", dir.file("cluster.key"));
+  ASSERT_TRUE(w1.up() && w2.up()) << w1.log() << w2.log();
+  const int layers = static_cast<int>(spec.n_layer);
+  {
+    auto f = forward_to(w1, secret);
+    GenerateOptions split = longer;
+    split.placement.rpc_servers = {local(*f)};
+    split.placement.tandem_workers = {local(*f)};
+    split.placement.cpu_layers = 1;
+    split.placement.device_layers = {layers - 1};
+    auto through = generate(split);
+    ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w1.log();
+    EXPECT_EQ(through->tokens, alone->tokens) << GetParam() << ": a head CPU layer, then one worker";
+  }
+  {
+    auto f1 = forward_to(w1, secret);
+    auto f2 = forward_to(w2, secret);
+    GenerateOptions split = longer;
+    split.placement.rpc_servers = {local(*f1), local(*f2)};
+    split.placement.tandem_workers = {local(*f1), local(*f2)};
+    split.placement.device_layers = {layers / 2, layers - layers / 2};
+    const uint64_t moved = datapath::moved_embeddings();
+    auto through = generate(split);
+    ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w1.log() << w2.log();
+    EXPECT_EQ(through->tokens, alone->tokens) << GetParam() << ": two workers";
+    EXPECT_EQ(datapath::moved_embeddings() - moved, 1u) << "the first worker did not gather the embedding's rows";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, SplitArchitectures, ::testing::Values("tiny", "tiny-qwen3moe"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           std::string n = i.param;
+                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
 
 // The worker's RPC child keeps large blocks in its heap while a head loads (worker/rpc_server.cpp:
 // ggml reads each weight into a fresh buffer); when the session ends it gives them back, so the
@@ -408,12 +473,14 @@ TEST_F(Split, CommandLineForwarderServesTandemEngine) {
   WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
   ASSERT_TRUE(w.up()) << w.log();
   const int port = free_port();
-  ChildProcess fwd({TANDEM_BINARY, "link", "forward", "--to", w.endpoint(), "--listen", "127.0.0.1:" + std::to_string(port),
-                    "--secret-file", dir_.file("cluster.key")},
+  ChildProcess fwd({TANDEM_BINARY, "link", "forward", "--to", w.endpoint(), "--listen",
+                    "127.0.0.1:" + std::to_string(port), "--secret-file", dir_.file("cluster.key")},
                    dir_.file("forward.log"));
   ASSERT_TRUE(wait_for_port(port, 10000));
-  auto r = run_tandem("engine -m " + model_ + " -p 'Two desktop boxes joined by one cable' -n 16 -c 128 -t 2 --ignore-eos "
-                      "--json --no-cpu-repack --rpc 127.0.0.1:" + std::to_string(port) + " --cpu-layers 1 --layer-split 3",
+  auto r = run_tandem("engine -m " + model_ +
+                          " -p 'Two desktop boxes joined by one cable' -n 16 -c 128 -t 2 --ignore-eos "
+                          "--json --no-cpu-repack --rpc 127.0.0.1:" +
+                          std::to_string(port) + " --cpu-layers 1 --layer-split 3",
                       dir_.file(""));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out, nullptr, false);
@@ -432,12 +499,14 @@ TEST_F(Split, TheStepTraceLinesUpTheHeadsRunsAndTheWorkersGraphs) {
   ::setenv("TANDEM_STEP_TRACE", trace.c_str(), 1);  // this process decided already (SetUp ran the model)
   WorkerProcess w(dir_, "box-b", dir_.file("cluster.key"));
   const int port = free_port();
-  ChildProcess fwd({TANDEM_BINARY, "link", "forward", "--to", w.endpoint(), "--listen", "127.0.0.1:" + std::to_string(port),
-                    "--secret-file", dir_.file("cluster.key")},
+  ChildProcess fwd({TANDEM_BINARY, "link", "forward", "--to", w.endpoint(), "--listen",
+                    "127.0.0.1:" + std::to_string(port), "--secret-file", dir_.file("cluster.key")},
                    dir_.file("forward.log"));
-  auto r = run_tandem("engine -m " + model_ + " -p 'Two desktop boxes joined by one cable' -n 16 -c 128 -t 2 --ignore-eos "
-                      "--json --no-cpu-repack --no-pipeline --no-overlap --rpc 127.0.0.1:" + std::to_string(port) +
-                      " --tandem-worker 127.0.0.1:" + std::to_string(port) + " --cpu-layers 1 --layer-split 3",
+  auto r = run_tandem("engine -m " + model_ +
+                          " -p 'Two desktop boxes joined by one cable' -n 16 -c 128 -t 2 --ignore-eos "
+                          "--json --no-cpu-repack --no-pipeline --no-overlap --rpc 127.0.0.1:" +
+                          std::to_string(port) + " --tandem-worker 127.0.0.1:" + std::to_string(port) +
+                          " --cpu-layers 1 --layer-split 3",
                       dir_.file(""));
   ::unsetenv("TANDEM_STEP_TRACE");
   ASSERT_TRUE(w.up()) << w.log();
@@ -490,8 +559,10 @@ std::string llama_server_completion(const ScratchDir& dir, const std::string& mo
   }
   if (!ready) return "";
   const std::string out = dir.file(tag + "-completion.json");
-  const std::string body = R"({"prompt": "Two desktop boxes joined by one cable", "n_predict": 12, "temperature": 0, "cache_prompt": false})";
-  const std::string cmd = "curl -sf -m 60 -H 'Content-Type: application/json' -d '" + body + "' " + url + "/completion -o " + out;
+  const std::string body =
+      R"({"prompt": "Two desktop boxes joined by one cable", "n_predict": 12, "temperature": 0, "cache_prompt": false})";
+  const std::string cmd =
+      "curl -sf -m 60 -H 'Content-Type: application/json' -d '" + body + "' " + url + "/completion -o " + out;
   if (std::system(cmd.c_str()) != 0) return "";
   std::ifstream in(out);
   std::stringstream ss;

@@ -32,8 +32,8 @@ class WorkerProcess {
                 std::vector<std::string> extra = {}, std::vector<std::string> wrapper = {})
       : port_(free_port()), log_(dir.file(name + ".log")) {
     std::vector<std::string> argv = wrapper;  // e.g. setpriv ... to run it with fewer capabilities
-    argv.insert(argv.end(), {TANDEM_BINARY, "worker", "--listen", "127.0.0.1:" + std::to_string(port_),
-                                     "--secret-file", secret_file, "--name", name, "--threads", "1"});
+    argv.insert(argv.end(), {TANDEM_BINARY, "worker", "--listen", "127.0.0.1:" + std::to_string(port_), "--secret-file",
+                             secret_file, "--name", name, "--threads", "1"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     proc_ = std::make_unique<ChildProcess>(argv, log_);
     up_ = wait_for_port(port_, 60000);

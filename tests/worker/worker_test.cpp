@@ -7,9 +7,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "link/control.h"
 #include "link/protocol.h"
 #include "link/socket.h"
-#include "link/control.h"
 #include "worker_env.h"
 
 namespace tandem::worker {
@@ -160,10 +160,12 @@ TEST(Worker, AKilledRpcServerIsReportedAndRestarted) {
   ASSERT_TRUE(w.up()) << w.log();
   // A control connection that will receive the event.
   link::Fd control = dial(w);
-  ASSERT_TRUE(link::client_handshake(control.get(), secret, link::Role::control, named("head"), "worker box-b").is_ok());
+  ASSERT_TRUE(
+      link::client_handshake(control.get(), secret, link::Role::control, named("head"), "worker box-b").is_ok());
   // A request answered on this connection: the worker has registered it for events by then (its
   // session thread does so before reading requests).
-  ASSERT_TRUE(link::write_json(control.get(), {{"id", 1}, {"op", "status"}}, link::deadline_in(link::Millis(5000))).is_ok());
+  ASSERT_TRUE(
+      link::write_json(control.get(), {{"id", 1}, {"op", "status"}}, link::deadline_in(link::Millis(5000))).is_ok());
   link::LineReader reader(control.get());
   auto st = reader.read_json(link::deadline_in(link::Millis(10000)));
   ASSERT_TRUE(st.is_ok()) << st.status().message();
@@ -173,7 +175,8 @@ TEST(Worker, AKilledRpcServerIsReportedAndRestarted) {
   auto event = reader.read_json(link::deadline_in(link::Millis(10000)));
   ASSERT_TRUE(event.is_ok()) << event.status().message();
   EXPECT_EQ(event.value()["event"], "rpc_server_exited");
-  EXPECT_NE(event.value()["detail"].get<std::string>().find("killed by signal 9"), std::string::npos) << event.value().dump();
+  EXPECT_NE(event.value()["detail"].get<std::string>().find("killed by signal 9"), std::string::npos)
+      << event.value().dump();
   EXPECT_TRUE(w.wait_log("killed by signal 9 (Killed); restarting it")) << w.log();
   // Restarted: running again under a new pid.
   bool restarted = false;
@@ -195,7 +198,8 @@ TEST(Worker, WithoutAPrivateNamespaceItSaysSoPlainly) {
   auto st = status_of(w, secret);
   ASSERT_TRUE(st.is_ok()) << st.status().message();
   EXPECT_EQ(st.value()["rpc_server"]["isolated"], false);
-  EXPECT_NE(st.value()["rpc_server"]["isolation"].get<std::string>().find("open to every user of this host"), std::string::npos);
+  EXPECT_NE(st.value()["rpc_server"]["isolation"].get<std::string>().find("open to every user of this host"),
+            std::string::npos);
 }
 
 TEST(Worker, WhereTheHostForbidsANamespaceItSaysWhy) {
@@ -205,8 +209,10 @@ TEST(Worker, WhereTheHostForbidsANamespaceItSaysWhy) {
   const link::Secret secret = make_secret(dir.file("cluster.key"));
   WorkerProcess w(dir, "box-b", dir.file("cluster.key"), {}, {"/usr/bin/setpriv", "--bounding-set", "-sys_admin"});
   ASSERT_TRUE(w.up()) << w.log();
-  EXPECT_TRUE(w.wait_log("NOT isolated: could not create a private network namespace (unshare(CLONE_NEWNET): "
-                         "Operation not permitted)")) << w.log();
+  EXPECT_TRUE(
+      w.wait_log("NOT isolated: could not create a private network namespace (unshare(CLONE_NEWNET): "
+                 "Operation not permitted)"))
+      << w.log();
   auto st = status_of(w, secret);
   ASSERT_TRUE(st.is_ok()) << st.status().message();
   EXPECT_EQ(st.value()["rpc_server"]["isolated"], false);
