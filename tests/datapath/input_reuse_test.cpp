@@ -1,5 +1,5 @@
-// The head's side of input reuse (datapath/input_reuse.h): which writes go as markers, and the
-// marker's wire form.
+// The head's side of input reuse (datapath/input_reuse.h): which writes go as markers (their wire
+// form is tests/link/markers_test.cpp's).
 #include "datapath/input_reuse.h"
 
 #include <gtest/gtest.h>
@@ -8,11 +8,7 @@
 #include <vector>
 #include "link/protocol.h"
 
-using tandem::link::encode_reuse_marker;
-using tandem::link::kReuseMarkerSize;
 using tandem::link::kReuseSlots;
-using tandem::link::parse_reuse_marker;
-using tandem::link::ReuseMarker;
 using tandem::link::ReuseOp;
 
 namespace tandem::datapath {
@@ -22,32 +18,6 @@ std::vector<uint8_t> bytes(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 7);
   return v;
-}
-
-TEST(ReuseMarker, RoundTripsAndRejectsAnythingElse) {
-  const ReuseMarker m{ReuseOp::copy, 5, 1234567, 0xfeedface12345678ULL, 0};
-  const auto wire = encode_reuse_marker(m);
-  auto back = parse_reuse_marker(wire.data(), wire.size());
-  ASSERT_TRUE(back.has_value());
-  EXPECT_EQ(back->op, ReuseOp::copy);
-  EXPECT_EQ(back->slot, 5u);
-  EXPECT_EQ(back->bytes, 1234567u);
-  EXPECT_EQ(back->session, 0xfeedface12345678ULL);
-  EXPECT_FALSE(parse_reuse_marker(wire.data(), wire.size() - 1));
-  auto bad = wire;
-  bad[0] ^= 1;  // magic
-  EXPECT_FALSE(parse_reuse_marker(bad.data(), bad.size()));
-  bad = wire;
-  bad[16] = 9;  // op
-  EXPECT_FALSE(parse_reuse_marker(bad.data(), bad.size()));
-  bad = wire;
-  bad[20] = kReuseSlots;  // slot
-  EXPECT_FALSE(parse_reuse_marker(bad.data(), bad.size()));
-  bad = wire;
-  bad[41] = 1;  // a drop bit past the slots
-  EXPECT_FALSE(parse_reuse_marker(bad.data(), bad.size()));
-  const std::vector<uint8_t> data = bytes(kReuseMarkerSize, 3);  // ordinary data of a marker's size
-  EXPECT_FALSE(parse_reuse_marker(data.data(), data.size()));
 }
 
 TEST(ReuseTable, TheSameBytesGoOnceThenAsCopies) {

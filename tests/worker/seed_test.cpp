@@ -23,9 +23,6 @@
 #include "synth/writer.h"
 #include "worker_env.h"
 
-using tandem::link::encode_cached_marker;
-using tandem::link::parse_cached_marker;
-
 namespace tandem::worker {
 namespace {
 
@@ -277,7 +274,7 @@ TEST(Seed, AListedWeightMissingFromTheCacheFailsTheLoadNotTheWorker) {
   EXPECT_TRUE(again.is_ok()) << again.status().to_string() << "\n" << w.log();
 }
 
-TEST(Seed, CacheListingsAndMarkersRoundTrip) {
+TEST(Seed, CacheListingsRoundTrip) {
   ScratchDir dir;
   CacheListing l{{0x0123456789abcdefULL, 42}, {7, 11ull << 30}};
   ASSERT_TRUE(write_cache_listing(dir.file("l"), l).is_ok());
@@ -286,12 +283,6 @@ TEST(Seed, CacheListingsAndMarkersRoundTrip) {
   EXPECT_EQ(back.value(), l);
   write_file(dir.file("bad"), "0123 12\n");
   EXPECT_FALSE(read_cache_listing(dir.file("bad")).is_ok());
-  const auto m = encode_cached_marker({0xfeedULL, 99});
-  auto parsed = parse_cached_marker(m.data(), m.size());
-  ASSERT_TRUE(parsed.has_value());
-  EXPECT_EQ(parsed->hash, 0xfeedULL);
-  EXPECT_EQ(parsed->bytes, 99u);
-  EXPECT_FALSE(parse_cached_marker(m.data(), m.size() - 1).has_value());
 }
 
 TEST(Seed, PruneKeepsOnlyTheGivenModelsEntries) {

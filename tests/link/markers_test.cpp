@@ -1,6 +1,7 @@
-// The runs encoding of step inputs (link/protocol.h): a causal mask comes back bit for bit from
-// a small fraction of its size, data without runs is not encoded, and anything that is not a whole,
-// consistent encoding is refused before a byte is written.
+// The data path's markers (link/protocol.h): each round-trips and refuses anything that is not one.
+// The runs encoding of step inputs: a causal mask comes back bit for bit from a small fraction of
+// its size, data without runs is not encoded, and anything that is not a whole, consistent
+// encoding is refused before a byte is written.
 #include "link/protocol.h"
 
 #include <gtest/gtest.h>
@@ -11,14 +12,63 @@
 #include <random>
 #include <vector>
 
+using tandem::link::CachedMarker;
 using tandem::link::decode_word_runs;
+using tandem::link::encode_cached_marker;
+using tandem::link::encode_reuse_marker;
 using tandem::link::encode_word_runs;
+using tandem::link::kReuseMarkerSize;
+using tandem::link::kReuseSlots;
 using tandem::link::kWordRunsHeader;
 using tandem::link::kWordRunsMinBytes;
+using tandem::link::parse_cached_marker;
+using tandem::link::parse_reuse_marker;
+using tandem::link::ReuseMarker;
+using tandem::link::ReuseOp;
 using tandem::link::word_runs_size;
 
 namespace tandem {
 namespace {
+
+TEST(CachedMarker, RoundTripsAndRejectsAnythingElse) {
+  const auto m = encode_cached_marker(CachedMarker{0xfeedULL, 99});
+  auto parsed = parse_cached_marker(m.data(), m.size());
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->hash, 0xfeedULL);
+  EXPECT_EQ(parsed->bytes, 99u);
+  EXPECT_FALSE(parse_cached_marker(m.data(), m.size() - 1).has_value());
+  auto bad = m;
+  bad[15] ^= 1;  // magic
+  EXPECT_FALSE(parse_cached_marker(bad.data(), bad.size()).has_value());
+}
+
+TEST(ReuseMarker, RoundTripsAndRejectsAnythingElse) {
+  const ReuseMarker m{ReuseOp::copy, 5, 1234567, 0xfeedface12345678ULL, 0};
+  const auto wire = encode_reuse_marker(m);
+  auto back = parse_reuse_marker(wire.data(), wire.size());
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->op, ReuseOp::copy);
+  EXPECT_EQ(back->slot, 5u);
+  EXPECT_EQ(back->bytes, 1234567u);
+  EXPECT_EQ(back->session, 0xfeedface12345678ULL);
+  EXPECT_FALSE(parse_reuse_marker(wire.data(), wire.size() - 1));
+  auto bad = wire;
+  bad[0] ^= 1;  // magic
+  EXPECT_FALSE(parse_reuse_marker(bad.data(), bad.size()));
+  bad = wire;
+  bad[16] = 9;  // op
+  EXPECT_FALSE(parse_reuse_marker(bad.data(), bad.size()));
+  bad = wire;
+  bad[20] = kReuseSlots;  // slot
+  EXPECT_FALSE(parse_reuse_marker(bad.data(), bad.size()));
+  bad = wire;
+  bad[41] = 1;  // a drop bit past the slots
+  EXPECT_FALSE(parse_reuse_marker(bad.data(), bad.size()));
+  std::vector<uint8_t> data(kReuseMarkerSize);
+  for (size_t i = 0; i < data.size(); ++i)
+    data[i] = static_cast<uint8_t>(3 + i * 7);  // ordinary data of a marker's size
+  EXPECT_FALSE(parse_reuse_marker(data.data(), data.size()));
+}
 
 // A causal f32 mask of `tokens` rows over `positions` cells: 0 up to the row's position, -inf after.
 std::vector<float> causal_mask(int tokens, int positions, int first) {
