@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -371,6 +372,63 @@ TEST_F(Split, TheWorkerRunningLayerZeroGathersTheEmbeddingRowsItself) {
       << "with the table on the worker " << sent[1] << " bytes, without " << sent[0] << "; table " << table << ", rows "
       << rows;
 }
+
+// The oracle on every architecture the presets have (minimax-m3's sparse attention, qwen3moe's
+// dense attention and experts without a shared one): a long prompt (two chunks) and its tokens
+// through one tandem worker after a head CPU layer, and through two workers holding every layer,
+// with every data-path mechanism on, are those of one process.
+class SplitArchitectures : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SplitArchitectures, EveryMechanismOnGivesTheTokensOfOneProcess) {
+  ScratchDir dir;
+  const std::string model = dir.file(std::string(GetParam()) + ".gguf");
+  synth::ModelSpec spec = synth::preset(GetParam()).value();
+  spec.vocab = "ggml-vocab-llama-spm.gguf";  // as in Split, for the same reason
+  ASSERT_TRUE(synth::write_model(spec, model, {}).is_ok());
+  GenerateOptions longer = long_prompt_options(model, 8);
+  // The workers' thread count (worker_env.h): the CPU's attention over a long context sums in an
+  // order that depends on it, and every layer of qwen3moe has full attention.
+  longer.threads = 1;
+  auto alone = generate(longer);
+  ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+
+  const link::Secret secret = make_secret(dir.file("cluster.key"));
+  WorkerProcess w1(dir, "box-b", dir.file("cluster.key"));
+  WorkerProcess w2(dir, "box-c", dir.file("cluster.key"));
+  ASSERT_TRUE(w1.up() && w2.up()) << w1.log() << w2.log();
+  const int layers = static_cast<int>(spec.n_layer);
+  {
+    auto f = forward_to(w1, secret);
+    GenerateOptions split = longer;
+    split.placement.rpc_servers = {local(*f)};
+    split.placement.tandem_workers = {local(*f)};
+    split.placement.cpu_layers = 1;
+    split.placement.device_layers = {layers - 1};
+    auto through = generate(split);
+    ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w1.log();
+    EXPECT_EQ(through->tokens, alone->tokens) << GetParam() << ": a head CPU layer, then one worker";
+  }
+  {
+    auto f1 = forward_to(w1, secret);
+    auto f2 = forward_to(w2, secret);
+    GenerateOptions split = longer;
+    split.placement.rpc_servers = {local(*f1), local(*f2)};
+    split.placement.tandem_workers = {local(*f1), local(*f2)};
+    split.placement.device_layers = {layers / 2, layers - layers / 2};
+    const uint64_t moved = datapath::moved_embeddings();
+    auto through = generate(split);
+    ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w1.log() << w2.log();
+    EXPECT_EQ(through->tokens, alone->tokens) << GetParam() << ": two workers";
+    EXPECT_EQ(datapath::moved_embeddings() - moved, 1u) << "the first worker did not gather the embedding's rows";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, SplitArchitectures, ::testing::Values("tiny", "tiny-qwen3moe"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           std::string n = i.param;
+                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
 
 // The worker's RPC child keeps large blocks in its heap while a head loads (worker/rpc_server.cpp:
 // ggml reads each weight into a fresh buffer); when the session ends it gives them back, so the
