@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A quick GPU correctness check, in one device call after `device-compare.sh build` (about a
 # minute; no m3-proxy needed): the GPU tests of the head's queue and the worker's writes, then the
-# tokens of two architectures' tiny models (minimax-m3 and qwen3moe; PRESETS overrides) in one
+# tokens of three architectures' tiny models (minimax-m3, qwen3moe, glm4moe; PRESETS overrides) in one
 # process and split through a tandem worker on the same GPU, the worker's layers first (so that the
 # head reads the worker's results, MiniMax-M3's f32 mask cast among them), by default and with each
 # engine flag given (default: --no-local-casts). Every run of one model must give the same tokens.
@@ -25,7 +25,7 @@ sleep 2
 "$build/tandem" link forward --to 127.0.0.1:50070 --secret-file "$out/cluster.key" --listen 127.0.0.1:50071 \
   >"$out/forward.log" 2>&1 & pids+=($!)
 sleep 1
-for preset in ${PRESETS:-tiny tiny-qwen3moe}; do
+for preset in ${PRESETS:-tiny tiny-qwen3moe tiny-glm4moe}; do
   model=/tmp/tandem-check-$preset.gguf
   "$build/tandem" synth --preset "$preset" -o "$model" >/dev/null || exit 1
   layers=$(python3 -c "import json,sys; print(json.load(sys.stdin)['n_layer'])" < <("$build/tandem" inspect "$model" --json))

@@ -71,7 +71,7 @@ void register_synth(CLI::App& app) {
   static SynthArgs a;
   cmd->add_option("-o,--output", a.output, "Output GGUF file")->required();
   cmd->add_option("--preset", a.preset, preset_help)->capture_default_str();
-  cmd->add_option("--arch", a.arch, "Architecture: minimax-m3 or qwen3moe");
+  cmd->add_option("--arch", a.arch, "Architecture: minimax-m3, qwen3moe or glm4moe");
   cmd->add_option("--type", a.type, "Type of the weight matrices: F32, F16, Q8_0, Q4_K, IQ4_XS");
   cmd->add_option("--layers", a.layers, "Number of layers");
   cmd->add_option("--dense-layers", a.dense_layers, "Leading layers with a dense FFN (minimax-m3)");

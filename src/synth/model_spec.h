@@ -11,10 +11,10 @@
 namespace tandem::synth {
 
 struct ModelSpec {
-  std::string arch = "minimax-m3";  // "minimax-m3" or "qwen3moe"
+  std::string arch = "minimax-m3";  // "minimax-m3", "qwen3moe" or "glm4moe"
   std::string name = "tandem-synth";
   uint32_t n_layer = 4;
-  uint32_t n_layer_dense_lead = 1;  // minimax-m3: leading layers with a dense FFN
+  uint32_t n_layer_dense_lead = 1;  // minimax-m3, glm4moe: leading layers with a dense FFN
   uint32_t n_embd = 256;
   uint32_t n_head = 4;
   uint32_t n_head_kv = 2;

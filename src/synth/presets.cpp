@@ -72,6 +72,74 @@ ModelSpec tiny_qwen3moe() {
   return s;
 }
 
+ModelSpec tiny_glm4moe() {
+  ModelSpec s;
+  s.arch = "glm4moe";
+  s.name = "tandem tiny glm4moe";
+  s.n_layer = 4;
+  s.n_layer_dense_lead = 1;
+  s.n_expert = 8;
+  s.n_expert_used = 4;  // more than half the experts every token: the shape of many used experts
+  s.n_expert_shared = 1;
+  s.expert_weights_scale = 2.5f;
+  s.chat_template = "GLM-4.6.jinja";
+  return s;
+}
+
+// GLM-4.5 as released (config.json of Glm4MoeForCausalLM): 92 layers, the first 3 dense; 16 routed
+// experts instead of 160, so that a token reads the real model's bytes from a file that fits.
+ModelSpec glm_proxy() {
+  ModelSpec s;
+  s.arch = "glm4moe";
+  s.name = "GLM-4.5 proxy, 16 experts (synthetic)";
+  s.n_layer = 92;
+  s.n_layer_dense_lead = 3;
+  s.n_embd = 5120;
+  s.n_head = 96;
+  s.n_head_kv = 8;
+  s.head_dim = 128;
+  s.n_rot = 64;  // partial rotary 0.5
+  s.n_ff = 12288;
+  s.n_ff_exp = 1536;
+  s.n_expert = 16;
+  s.n_expert_used = 8;
+  s.n_expert_shared = 1;
+  s.n_ctx_train = 131072;
+  s.rope_theta = 1e6f;
+  s.rms_eps = 1e-5f;
+  s.expert_weights_scale = 2.5f;
+  s.expert_weights_norm = true;
+  s.type = GGML_TYPE_IQ4_XS;
+  s.vocab = "ggml-vocab-qwen2.gguf";  // no GLM vocabulary ships with llama.cpp: 151936 rows, GLM's 151552
+  s.chat_template = "GLM-4.6.jinja";
+  return s;
+}
+
+// Qwen3-235B-A22B as released: 94 layers, 8 of 128 experts per token; 16 routed experts here.
+ModelSpec qwen3_proxy() {
+  ModelSpec s;
+  s.arch = "qwen3moe";
+  s.name = "Qwen3-235B-A22B proxy, 16 experts (synthetic)";
+  s.n_layer = 94;
+  s.n_layer_dense_lead = 0;
+  s.n_embd = 4096;
+  s.n_head = 64;
+  s.n_head_kv = 4;
+  s.head_dim = 128;
+  s.n_rot = 128;
+  s.n_ff_exp = 1536;
+  s.n_expert = 16;
+  s.n_expert_used = 8;
+  s.n_expert_shared = 0;
+  s.n_ctx_train = 262144;
+  s.rope_theta = 1e6f;
+  s.rms_eps = 1e-6f;
+  s.type = GGML_TYPE_IQ4_XS;
+  s.vocab = "ggml-vocab-qwen2.gguf";  // Qwen's own 151936 tokens
+  s.chat_template = "Qwen-Qwen3-0.6B.jinja";
+  return s;
+}
+
 }  // namespace
 
 std::vector<PresetInfo> presets() {
@@ -80,15 +148,26 @@ std::vector<PresetInfo> presets() {
        "minimax-m3, 4 layers, hidden 256, 4 experts (2 used + 1 shared), Q4_K, a BPE tokenizer, ~13 MB: tests and the "
        "demo"},
       {"tiny-qwen3moe", "qwen3moe, 2 layers, hidden 256, 4 experts (2 used), Q4_K"},
+      {"tiny-glm4moe",
+       "glm4moe, 4 layers (1 dense), hidden 256, 8 experts (4 used + 1 shared), attention biases, Q4_K"},
       {"m3-proxy",
        "MiniMax-M3's real per-token shapes with 16 routed experts instead of 128, IQ4_XS, ~34 GB: GPU benchmarks"},
       {"m3", "the real MiniMax-M3 (~428B parameters, 128 experts), IQ4_XS; use with --header-only"},
+      {"qwen3-proxy",
+       "Qwen3-235B-A22B's real per-token shapes (94 layers, 8 experts used) with 16 routed experts instead of 128, "
+       "IQ4_XS, ~19 GB: GPU benchmarks of a deep model"},
+      {"glm-proxy",
+       "GLM-4.5's real per-token shapes (92 layers, 8 experts used + 1 shared) with 16 routed experts instead of "
+       "160, IQ4_XS, ~27 GB: GPU benchmarks of a deep model with many experts per token"},
   };
 }
 
 Result<ModelSpec> preset(const std::string& name) {
   if (name == "tiny") return tiny();
   if (name == "tiny-qwen3moe") return tiny_qwen3moe();
+  if (name == "tiny-glm4moe") return tiny_glm4moe();
+  if (name == "qwen3-proxy") return qwen3_proxy();
+  if (name == "glm-proxy") return glm_proxy();
   if (name == "m3") return minimax_m3_real();
   if (name == "m3-proxy") {
     ModelSpec s = minimax_m3_real();

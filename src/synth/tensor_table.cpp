@@ -49,16 +49,30 @@ class Table {
 
 std::string blk(uint32_t i, const char* rest) { return "blk." + std::to_string(i) + "." + rest; }
 
+// Every architecture's attention has per-head Q/K norms; GLM's also has Q/K/V biases (GLM-4.5's
+// `attention_bias`) and names its pre-FFN norm `post_attention_norm`.
 void attention(Table& t, const ModelSpec& s, uint32_t i) {
   const int64_t e = s.n_embd, q = int64_t{s.head_dim} * s.n_head, kv = int64_t{s.head_dim} * s.n_head_kv;
+  const bool glm = s.arch == "glm4moe";
   t.f32(blk(i, "attn_norm.weight"), e, 1, Fill::ones);
   t.matrix(blk(i, "attn_q.weight"), e, q);
   t.matrix(blk(i, "attn_k.weight"), e, kv);
   t.matrix(blk(i, "attn_v.weight"), e, kv);
+  if (glm) {
+    t.f32(blk(i, "attn_q.bias"), q, 1, Fill::random, 0.02f);
+    t.f32(blk(i, "attn_k.bias"), kv, 1, Fill::random, 0.02f);
+    t.f32(blk(i, "attn_v.bias"), kv, 1, Fill::random, 0.02f);
+  }
   t.matrix(blk(i, "attn_output.weight"), q, e);
   t.f32(blk(i, "attn_q_norm.weight"), s.head_dim, 1, Fill::ones);
   t.f32(blk(i, "attn_k_norm.weight"), s.head_dim, 1, Fill::ones);
-  t.f32(blk(i, "ffn_norm.weight"), e, 1, Fill::ones);
+  t.f32(blk(i, glm ? "post_attention_norm.weight" : "ffn_norm.weight"), e, 1, Fill::ones);
+}
+
+void dense_ffn(Table& t, const ModelSpec& s, uint32_t i) {
+  t.matrix(blk(i, "ffn_gate.weight"), s.n_embd, s.n_ff);
+  t.matrix(blk(i, "ffn_down.weight"), s.n_ff, s.n_embd);
+  t.matrix(blk(i, "ffn_up.weight"), s.n_embd, s.n_ff);
 }
 
 void routed_experts(Table& t, const ModelSpec& s, uint32_t i) {
@@ -69,22 +83,27 @@ void routed_experts(Table& t, const ModelSpec& s, uint32_t i) {
   t.matrix(blk(i, "ffn_up_exps.weight"), e, f, x);
 }
 
+// The routed experts with their routing bias (sigmoid gating) and the shared experts, if any.
+void biased_experts_and_shared(Table& t, const ModelSpec& s, uint32_t i) {
+  const int64_t e = s.n_embd;
+  routed_experts(t, s, i);
+  t.f32(blk(i, "exp_probs_b.bias"), s.n_expert, 1, Fill::zeros);
+  if (s.n_expert_shared == 0) return;
+  const int64_t sh = int64_t{s.n_ff_exp} * s.n_expert_shared;
+  t.matrix(blk(i, "ffn_gate_shexp.weight"), e, sh);
+  t.matrix(blk(i, "ffn_down_shexp.weight"), sh, e);
+  t.matrix(blk(i, "ffn_up_shexp.weight"), e, sh);
+}
+
 void minimax_m3(Table& t, const ModelSpec& s) {
   const int64_t e = s.n_embd;
   for (uint32_t i = 0; i < s.n_layer; ++i) {
     attention(t, s, i);
     if (i < s.n_layer_dense_lead) {
-      t.matrix(blk(i, "ffn_gate.weight"), e, s.n_ff);
-      t.matrix(blk(i, "ffn_down.weight"), s.n_ff, e);
-      t.matrix(blk(i, "ffn_up.weight"), e, s.n_ff);
+      dense_ffn(t, s, i);
       continue;
     }
-    routed_experts(t, s, i);
-    t.f32(blk(i, "exp_probs_b.bias"), s.n_expert, 1, Fill::zeros);
-    const int64_t sh = int64_t{s.n_ff_exp} * s.n_expert_shared;
-    t.matrix(blk(i, "ffn_gate_shexp.weight"), e, sh);
-    t.matrix(blk(i, "ffn_down_shexp.weight"), sh, e);
-    t.matrix(blk(i, "ffn_up_shexp.weight"), e, sh);
+    biased_experts_and_shared(t, s, i);
     // The sparse-attention indexer stays in F32, as llama.cpp's conversion and quantizer keep it.
     const float sd = 1.0f / std::sqrt(static_cast<float>(e));
     t.f32(blk(i, "indexer.q_proj.weight"), e, int64_t{s.n_head_kv} * s.indexer_head_size, Fill::random, sd);
@@ -101,12 +120,22 @@ void qwen3moe(Table& t, const ModelSpec& s) {
   }
 }
 
+void glm4moe(Table& t, const ModelSpec& s) {
+  for (uint32_t i = 0; i < s.n_layer; ++i) {
+    attention(t, s, i);
+    if (i < s.n_layer_dense_lead)
+      dense_ffn(t, s, i);
+    else
+      biased_experts_and_shared(t, s, i);
+  }
+}
+
 }  // namespace
 
 Status validate_spec(const ModelSpec& s) {
   auto bad = [](const std::string& m) { return Status::invalid_argument(m); };
-  if (s.arch != "minimax-m3" && s.arch != "qwen3moe")
-    return bad("unknown architecture '" + s.arch + "' (supported: minimax-m3, qwen3moe)");
+  if (s.arch != "minimax-m3" && s.arch != "qwen3moe" && s.arch != "glm4moe")
+    return bad("unknown architecture '" + s.arch + "' (supported: minimax-m3, qwen3moe, glm4moe)");
   if (!generatable_type(s.type))
     return bad("weight type " + std::string(ggml_type_name(static_cast<ggml_type>(s.type))) +
                " cannot be generated (use F32, F16, Q8_0, Q4_K or IQ4_XS)");
@@ -129,12 +158,14 @@ Status validate_spec(const ModelSpec& s) {
     return bad("expert FFN size must be a positive multiple of 32, got " + std::to_string(s.n_ff_exp));
   if (s.arch == "qwen3moe" && s.n_rot != s.head_dim)
     return bad("qwen3moe rotates whole heads: rotary dimensions must equal the head size");
-  if (s.arch == "minimax-m3") {
+  if (s.arch == "minimax-m3" || s.arch == "glm4moe") {
     if (s.n_layer_dense_lead > s.n_layer)
       return bad("dense layers (" + std::to_string(s.n_layer_dense_lead) + ") exceed layers (" +
                  std::to_string(s.n_layer) + ")");
     if (s.n_layer_dense_lead > 0 && (s.n_ff == 0 || s.n_ff % 32 != 0))
       return bad("dense FFN size must be a positive multiple of 32, got " + std::to_string(s.n_ff));
+  }
+  if (s.arch == "minimax-m3") {
     if (s.n_expert_shared == 0) return bad("minimax-m3 needs at least one shared expert");
     if (s.indexer_head_size < s.n_rot || s.indexer_head_size % 32 != 0) {
       return bad("indexer key length must be a multiple of 32 and at least the rotary dimensions, got " +
@@ -153,6 +184,8 @@ Result<std::vector<TensorSpec>> tensor_table(const ModelSpec& spec, uint32_t n_v
            std::sqrt(static_cast<float>(spec.n_embd)));  // unit-variance rows
   if (spec.arch == "minimax-m3")
     minimax_m3(t, spec);
+  else if (spec.arch == "glm4moe")
+    glm4moe(t, spec);
   else
     qwen3moe(t, spec);
   t.f32("output_norm.weight", spec.n_embd, 1, Fill::ones);

@@ -127,12 +127,15 @@ void set_arch_kv(gguf_context* g, const ModelSpec& s, uint32_t n_vocab) {
   f32("attention.layer_norm_rms_epsilon", s.rms_eps);
   u32("rope.dimension_count", s.n_rot);
   f32("rope.freq_base", s.rope_theta);
-  if (s.arch == "minimax-m3") {
+  if (s.arch == "minimax-m3" || s.arch == "glm4moe") {
     u32("leading_dense_block_count", s.n_layer_dense_lead);
     u32("expert_shared_count", s.n_expert_shared);
     f32("expert_weights_scale", s.expert_weights_scale);
     gguf_set_val_bool(g, (a + "expert_weights_norm").c_str(), s.expert_weights_norm);
     u32("expert_gating_func", 2);  // sigmoid
+  }
+  if (s.arch == "glm4moe") u32("nextn_predict_layers", 0);  // no multi-token prediction layers
+  if (s.arch == "minimax-m3") {
     u32("attention.indexer.head_count", s.n_head_kv);
     u32("attention.indexer.key_length", s.indexer_head_size);
     u32("attention.indexer.top_k", s.indexer_top_k);

@@ -71,7 +71,7 @@ TEST_P(EveryArchAndType, WritesLoadsAndGenerates) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Synth, EveryArchAndType,
-                         ::testing::Combine(::testing::Values("tiny", "tiny-qwen3moe"),
+                         ::testing::Combine(::testing::Values("tiny", "tiny-qwen3moe", "tiny-glm4moe"),
                                             ::testing::Values(GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
                                                               GGML_TYPE_Q4_K, GGML_TYPE_IQ4_XS)),
                          [](const auto& info) {
@@ -125,6 +125,33 @@ TEST(Synth, HeaderOnlyM3IsTheRealModelsShape) {
   EXPECT_GE(info->active_params, 21e9);
   EXPECT_LE(info->active_params, 25e9);
   EXPECT_GT(info->tensor_bytes, 200e9);  // ~4.25 bits per weight
+}
+
+// The proxies of the other architectures' large models: deep, many experts per token, and what a
+// token reads close to the released model's active parameters (GLM-4.5: 32B, Qwen3-235B-A22B: 22B).
+TEST(Synth, TheDeepProxiesHaveTheirModelsPerTokenShapes) {
+  ScratchDir dir;
+  struct Want {
+    const char* preset;
+    const char* arch;
+    uint32_t layers, used, shared;
+    double active;
+  };
+  for (const Want& w :
+       {Want{"qwen3-proxy", "qwen3moe", 94, 8, 0, 22e9}, Want{"glm-proxy", "glm4moe", 92, 8, 1, 32e9}}) {
+    ModelSpec s = preset(w.preset).value();
+    s.header_only = true;
+    const std::string path = dir.file(std::string(w.preset) + ".gguf");
+    ASSERT_TRUE(write_model(s, path, {}).is_ok()) << w.preset;
+    auto info = plan::read_model_info(path);
+    ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+    EXPECT_EQ(info->arch, w.arch);
+    EXPECT_EQ(info->n_layer, w.layers) << w.preset;
+    EXPECT_EQ(info->n_expert_used, w.used) << w.preset;
+    EXPECT_EQ(info->n_expert_shared, w.shared) << w.preset;
+    EXPECT_NEAR(info->active_params, w.active, 0.05 * w.active) << w.preset;
+    EXPECT_LT(info->tensor_bytes, 30e9) << w.preset << ": no longer fits beside a split on one H200";
+  }
 }
 
 TEST(Synth, M3ProxyReadsWhatTheRealModelReadsPerToken) {

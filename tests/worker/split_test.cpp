@@ -374,7 +374,8 @@ TEST_F(Split, TheWorkerRunningLayerZeroGathersTheEmbeddingRowsItself) {
 }
 
 // The oracle on every architecture the presets have (minimax-m3's sparse attention, qwen3moe's
-// dense attention and experts without a shared one): a long prompt (two chunks) and its tokens
+// dense attention and experts without a shared one, glm4moe's attention biases and many experts
+// per token): a long prompt (two chunks) and its tokens
 // through one tandem worker after a head CPU layer, and through two workers holding every layer,
 // with every data-path mechanism on, are those of one process.
 class SplitArchitectures : public ::testing::TestWithParam<const char*> {};
@@ -423,7 +424,7 @@ TEST_P(SplitArchitectures, EveryMechanismOnGivesTheTokensOfOneProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, SplitArchitectures, ::testing::Values("tiny", "tiny-qwen3moe"),
+INSTANTIATE_TEST_SUITE_P(Presets, SplitArchitectures, ::testing::Values("tiny", "tiny-qwen3moe", "tiny-glm4moe"),
                          [](const ::testing::TestParamInfo<const char*>& i) {
                            std::string n = i.param;
                            for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
