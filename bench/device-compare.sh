@@ -2,6 +2,7 @@
 # The GPU comparison on the lent H200 machine, in steps that each fit one device call:
 #   bench/device-compare.sh build     CUDA build for sm_90 (scripts/device-build.sh), ~4 min
 #   bench/device-compare.sh model     writes the m3-proxy model to /tmp (tandem synth), ~75 s
+#                                     (PRESET=qwen3-proxy or glm-proxy: another architecture, for model and compare)
 #   bench/device-compare.sh compare [ROUNDS]   bench/compare.sh with SPLIT_MODE=gpu
 #   bench/device-compare.sh diag [LAYERS]      bench/device-diag.sh: where a split loses decode, ~3 min
 #   bench/device-compare.sh load               load times only: single and a seeded tandem-split
@@ -21,14 +22,17 @@ mkdir -p "$out"
 sysroot=/tmp/tandem-dev/sysroot
 export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export TANDEM_CACHE=/tmp/tandem-cache
-model=/tmp/m3-proxy.gguf
+# PRESET picks the model (a `tandem synth` preset: m3-proxy, qwen3-proxy, glm-proxy); the disk holds
+# about two of them beside the worker caches, so delete the last one's file before the next.
+preset=${PRESET:-m3-proxy}
+model=/tmp/$preset.gguf
 export OUT=$out
 case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load|writes|placement|reuse|contexts|local|prefill|check [FLAG]}" in
   build)
     "$root/scripts/device-build.sh" tandem tandem-engine 2>&1 | tail -5
     ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
   model)
-    [ -f "$model" ] || "$root/build-cuda/tandem" synth --preset m3-proxy -o "$model"
+    [ -f "$model" ] || "$root/build-cuda/tandem" synth --preset "$preset" -o "$model"
     "$root/build-cuda/tandem" inspect "$model" | head -20 ;;
   compare)
     nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv > "$out/gpu.txt"
