@@ -10,7 +10,7 @@
 #   bench/compare.sh BUILD_DIR MODEL.gguf [ROUNDS]
 # Environment: COMMIT (what results.json names; default: `git describe` of this tree, which on the
 # lent GPU machine can be a stale copy's), BENCH_ARGS (extra `tandem bench` flags, e.g. small sizes for CPU), CONTEXT (default
-# 8192), MACHINE (name in the results folder, default: hostname), NGL (single's -ngl, default 99),
+# 8192, per slot), PARALLEL (slots of every server, default 4; 16 for `--concurrency 4,16`), MACHINE (name in the results folder, default: hostname), NGL (single's -ngl, default 99),
 # SPLIT_MODE (cpu: the head keeps its half on the CPU; gpu: half on CUDA0), BANDWIDTH (bytes/s of
 # the device, for the physical limit; default 4.8e12, an H200), TANDEM_SERVE_ARGS (extra `tandem
 # serve` flags), SKIP_COLD (skip the cold load; the worker's cache is then seeded from empty),
@@ -29,6 +29,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 tandem="$build/tandem"
 llama_bin=$(dirname "$(sed -n 's/^#define TANDEM_LLAMA_SERVER_EXE "\(.*\)"/\1/p' "$build/generated/common/build_info.h")")
 context=${CONTEXT:-8192}
+parallel=${PARALLEL:-4}
 machine=${MACHINE:-$(hostname)}
 out="$here/bench/results/$(date +%Y-%m-%d)-$machine"
 work=$(mktemp -d)
@@ -72,7 +73,7 @@ key=$("$tandem" keys --db "$work/keys.db" create --name bench 2>/dev/null)
 # memory whenever a new prompt takes that slot over, inside the request: ~500 MB for a 4096-token
 # prompt of m3-proxy, read over RPC in the stock splits. tandem has no such cache, and no prompt of
 # the benchmark is ever sent twice, so the llama-server configurations run without it.
-llama_common=(-c $((context * 4)) -np 4 --fit off -fa on --no-warmup --cache-ram 0 --alias bench)
+llama_common=(-c $((context * parallel)) -np "$parallel" --fit off -fa on --no-warmup --cache-ram 0 --alias bench)
 start_config() {  # name; sets url, load_s
   local name=$1 port rport
   port=$(free_port) rport=$(free_port)
@@ -89,7 +90,7 @@ start_config() {  # name; sets url, load_s
       env "${env[@]}" "$llama_bin/llama-server" -m "$model" "${stock_split[@]}" "${llama_common[@]}" --port "$port" \
         -t "$threads" --rpc 127.0.0.1:$rport >"$work/$name.log" 2>&1 & pids+=($!) ;;
     tandem-single)  # every layer on this machine: what the split costs inside tandem's own engine
-      "$tandem" serve -m "$model" --keys-db "$work/keys.db" --listen 127.0.0.1:$port --context "$context" --parallel 4 \
+      "$tandem" serve -m "$model" --keys-db "$work/keys.db" --listen 127.0.0.1:$port --context "$context" --parallel "$parallel" \
         --model-id bench ${TANDEM_SERVE_ARGS:-} >"$work/$name.log" 2>&1 & pids+=($!) ;;
     tandem-split|tandem-cold)
       [ "$name" = tandem-cold ] && rm -rf "$work/worker-cache"
@@ -97,7 +98,7 @@ start_config() {  # name; sets url, load_s
         --cache-dir "$work/worker-cache" --threads "$threads" >"$work/$name-worker.log" 2>&1 & pids+=($!)
       sleep 1
       "$tandem" serve -m "$model" --worker worker=127.0.0.1:$rport --secret-file "$work/cluster.key" --keys-db "$work/keys.db" \
-        --listen 127.0.0.1:$port --context "$context" --parallel 4 --model-id bench --layers $half,$((n_layer - half)) \
+        --listen 127.0.0.1:$port --context "$context" --parallel "$parallel" --model-id bench --layers $half,$((n_layer - half)) \
         -t "$threads" ${TANDEM_SERVE_ARGS:-} >"$work/$name.log" 2>&1 & pids+=($!) ;;
   esac
   load_s=$(wait_ready "$url")

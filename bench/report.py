@@ -10,7 +10,9 @@ import statistics
 import sys
 
 # (name in results.json, key in `tandem bench --json`); prefill_tps is the 512-token prompt's, as
-# in llama-bench's pp512, and every prompt size measured gets its own prefill_tps_N as well.
+# in llama-bench's pp512, and every prompt size measured gets its own prefill_tps_N as well; so do
+# decode after a long prompt (decode_tps_after_N, `tandem bench --decode-after`) and each further
+# stream count (aggregate_tps_N, `--concurrency 4,16`).
 FIGURES = [("decode_tps", "decode_tps"), ("prefill_tps", "prefill_tps_512"), ("ttft_ms", "ttft_ms"),
            ("aggregate_tps", "aggregate_tps")]
 CONFIGS = ["single", "stock-split", "stock-split-graphs", "tandem-split"]
@@ -51,13 +53,19 @@ def write_svg(figures, names, out):
     open(os.path.join(out, "results.svg"), "w").write("\n".join(svg))
 
 
+SIZED = ("prefill_tps_", "decode_tps_after_", "aggregate_tps_")
+
+
 def prefill_sizes(measured):
-    """The prefill_tps_N keys of one run's figures, smallest prompt first."""
-    return sorted((k for k in measured if k.startswith("prefill_tps_")), key=lambda k: int(k.rsplit("_", 1)[1]))
+    """The sized figures of one run (prefill_tps_N, decode_tps_after_N, aggregate_tps_N), in that
+    order, smallest size first within each."""
+    sized = lambda prefix: sorted((k for k in measured if k.startswith(prefix) and k[len(prefix):].isdigit()),
+                                  key=lambda k: int(k.rsplit("_", 1)[1]))
+    return [k for prefix in SIZED for k in sized(prefix)]
 
 
 def figure_names(figures):
-    """The figures a report compares: FIGURES, then each larger prompt's prefill."""
+    """The figures a report compares: FIGURES, then each other size's."""
     seen = {k for f in figures.values() for k in f}
     return [n for n, _ in FIGURES] + [k for k in prefill_sizes(seen) if k != "prefill_tps_512"]
 
@@ -126,6 +134,10 @@ def main():
         "vs_tandem_single": {n: ratio("tandem-split", "tandem-single", n) for n in names} if "tandem-single" in figures else None,
         "physical_limit_tps": bandwidth / active,
         "physical_limit_fraction": figures.get("single", {}).get("decode_tps", 0) / (bandwidth / active),
+        # Every configuration's decode as a fraction of the bandwidth bound: how much of a token's
+        # time is reading its weights.
+        "bandwidth_fraction": {c: figures[c]["decode_tps"] / (bandwidth / active)
+                               for c in figures if figures[c].get("decode_tps")},
         "load_s": {"single": load_s.get("single"), "stock": load_s.get("stock-split"),
                    "cold": med(cold, "load_s"), "seeded": med(seeded, "load_s"),
                    **({"tandem_single": load_s["tandem-single"]} if "tandem-single" in load_s else {})},
@@ -147,6 +159,9 @@ def main():
         rs = [result[k][n] for k in ("ratios", "ratios_best_stock", "vs_single") + (("vs_tandem_single",) if extra else ())]
         md.append(f"| {n} | " + " | ".join(cells) + " | " + " | ".join(f"{r:.2f}" if r else "-" for r in rs) + " |")
     md += spread_table(runs, names)
+    md += ["", f"decode as a fraction of the bandwidth bound ({bandwidth / 1e12:.2f} TB/s ÷ {active / 1e9:.3f} GB = "
+           f"{bandwidth / active:.1f} tok/s): " +
+           ", ".join(f"{c} {f:.2f}" for c, f in result["bandwidth_fraction"].items())]
     md += ["", "load (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result["load_s"].items() if v is not None)]
     lb = result["link_bytes"]
     if lb["load_cold"]:

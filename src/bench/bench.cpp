@@ -133,8 +133,15 @@ const Figure* BenchResult::find(const std::string& name) const {
 }
 
 Result<BenchResult> run_bench(const BenchOptions& in) {
-  if (in.runs < 1 || in.gen_tokens < 2 || in.concurrency < 1) {
+  if (in.runs < 1 || in.gen_tokens < 2 || in.concurrency.empty()) {
     return Status::invalid_argument("runs and concurrency must be at least 1, generated tokens at least 2");
+  }
+  for (int n : in.concurrency) {
+    if (n < 1) return Status::invalid_argument("concurrency must be at least 1, got " + std::to_string(n));
+  }
+  for (int n : in.decode_after) {
+    if (n < 1)
+      return Status::invalid_argument("--decode-after prompt sizes must be positive, got " + std::to_string(n));
   }
   BenchOptions o = in;
   Client client(o);
@@ -155,6 +162,16 @@ Result<BenchResult> run_bench(const BenchOptions& in) {
   }
   result.figures.push_back(summarize("decode_tps", "tok/s", decode));
   result.figures.push_back(summarize("ttft_ms", "ms", ttft));
+  // Decode over a long context reads its KV every token: what a long agent prompt leaves.
+  for (int n : o.decode_after) {
+    std::vector<double> after;
+    for (int r = 0; r < o.runs; ++r) {
+      auto s = client.stream(prompt_of(n, rng), o.gen_tokens);
+      if (!s.is_ok()) return s.status();
+      if (s->decode_s > 0) after.push_back((s->completion_tokens - 1) / s->decode_s);
+    }
+    result.figures.push_back(summarize("decode_tps_after_" + std::to_string(n), "tok/s", after));
+  }
   for (int n : o.prefill_tokens) {
     std::vector<double> prefill;
     for (int r = 0; r < o.runs; ++r) {
@@ -164,35 +181,41 @@ Result<BenchResult> run_bench(const BenchOptions& in) {
     }
     result.figures.push_back(summarize("prefill_tps_" + std::to_string(n), "tok/s", prefill));
   }
-  std::vector<double> aggregate;
-  for (int r = 0; r < o.runs; ++r) {
-    const auto t0 = Clock::now();
-    std::vector<std::future<Result<StreamStats>>> streams;
-    std::vector<std::string> prompts;
-    for (int i = 0; i < o.concurrency; ++i) prompts.push_back(prompt_of(o.ttft_tokens, rng));
-    for (int i = 0; i < o.concurrency; ++i) {
-      streams.push_back(
-          std::async(std::launch::async, [&o, p = prompts[i]] { return Client(o).stream(p, o.gen_tokens); }));
+  for (size_t c = 0; c < o.concurrency.size(); ++c) {
+    const int streams_n = o.concurrency[c];
+    std::vector<double> aggregate;
+    for (int r = 0; r < o.runs; ++r) {
+      const auto t0 = Clock::now();
+      std::vector<std::future<Result<StreamStats>>> streams;
+      std::vector<std::string> prompts;
+      for (int i = 0; i < streams_n; ++i) prompts.push_back(prompt_of(o.ttft_tokens, rng));
+      for (int i = 0; i < streams_n; ++i) {
+        streams.push_back(
+            std::async(std::launch::async, [&o, p = prompts[i]] { return Client(o).stream(p, o.gen_tokens); }));
+      }
+      int tokens = 0;
+      Status failed = Status::ok();
+      for (auto& f : streams) {  // every stream is waited for, failed or not
+        auto s = f.get();
+        if (!s.is_ok() && failed.is_ok()) failed = s.status();
+        if (s.is_ok()) tokens += s->completion_tokens;
+      }
+      if (!failed.is_ok()) return failed;
+      aggregate.push_back(tokens / std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    int tokens = 0;
-    for (auto& f : streams) {
-      auto s = f.get();
-      if (!s.is_ok()) return s.status();
-      tokens += s->completion_tokens;
-    }
-    aggregate.push_back(tokens / std::chrono::duration<double>(Clock::now() - t0).count());
+    result.figures.push_back(
+        summarize(c == 0 ? "aggregate_tps" : "aggregate_tps_" + std::to_string(streams_n), "tok/s", aggregate));
   }
-  result.figures.push_back(summarize("aggregate_tps", "tok/s", aggregate));
   return result;
 }
 
 std::string format_result(const BenchResult& r) {
   std::string out = "model " + r.model + "\n";
   char line[160];
-  std::snprintf(line, sizeof line, "%-20s %12s %12s %12s  %s\n", "figure", "median", "min", "max", "unit");
+  std::snprintf(line, sizeof line, "%-24s %12s %12s %12s  %s\n", "figure", "median", "min", "max", "unit");
   out += line;
   for (const Figure& f : r.figures) {
-    std::snprintf(line, sizeof line, "%-20s %12.1f %12.1f %12.1f  %s\n", f.name.c_str(), f.median, f.min, f.max,
+    std::snprintf(line, sizeof line, "%-24s %12.1f %12.1f %12.1f  %s\n", f.name.c_str(), f.median, f.min, f.max,
                   f.unit.c_str());
     out += line;
   }

@@ -17,14 +17,16 @@ struct BenchOptions {
   int runs = 5;                                   // repetitions per figure; the median is reported
   int gen_tokens = 128;                           // generated tokens for decode figures
   std::vector<int> prefill_tokens = {512, 4096};  // prompt sizes for prefill figures
-  int ttft_tokens = 512;                          // prompt size for time to first token
-  int concurrency = 4;                            // streams for the aggregate figure
+  int ttft_tokens = 512;                          // prompt size for decode and time to first token
+  std::vector<int> decode_after;                  // further prompt sizes after which decode is measured
+  std::vector<int> concurrency = {4};             // streams of the aggregate figures, the first's is aggregate_tps
   int timeout_s = 600;                            // per request
 };
 
 // A figure over the runs: median and spread.
 struct Figure {
-  std::string name;  // e.g. "decode_tps", "prefill_tps_512", "ttft_ms", "aggregate_tps"
+  // e.g. "decode_tps", "decode_tps_after_16384", "prefill_tps_512", "ttft_ms", "aggregate_tps", "aggregate_tps_16"
+  std::string name;
   std::string unit;  // "tok/s" or "ms"
   double median = 0, min = 0, max = 0;
   std::vector<double> samples;

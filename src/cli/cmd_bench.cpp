@@ -25,7 +25,12 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ttft-tokens", o.ttft_tokens, "Prompt size for decode and time to first token")
       ->capture_default_str();
-  cmd->add_option("--concurrency", o.concurrency, "Streams of the aggregate figure")
+  cmd->add_option("--decode-after", o.decode_after,
+                  "Further prompt sizes after which decode is measured (decode_tps_after_N), e.g. 16384")
+      ->delimiter(',');
+  cmd->add_option("--concurrency", o.concurrency,
+                  "Streams of the aggregate figures: the first's is aggregate_tps, each other's aggregate_tps_N")
+      ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--timeout", o.timeout_s, "Seconds per request")->capture_default_str();

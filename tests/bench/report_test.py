@@ -89,6 +89,29 @@ class Report(unittest.TestCase):
         # single's 4096-token samples over both rounds: 1900 to 2450, median of the six.
         self.assertIn("| prefill_tps_4096 | 2050.0 (1900.0–2450.0) |", self.md)
 
+    def test_decode_after_a_long_prompt_and_more_streams_get_rows_and_ratios(self):
+        runs = [dict(r) for r in self.RUNS]
+        for r, (after, agg16) in zip((r for r in runs if "bench" in r),
+                                     [(40.0, 150.0), (30.0, 100.0), (41.0, 160.0), (42.0, 152.0), (31.0, 98.0), (40.0, 158.0)]):
+            r["bench"] = {"model": "bench", "figures": dict(r["bench"]["figures"],
+                          decode_tps_after_16384=figure([after]), aggregate_tps_16=figure([agg16]))}
+        results, md = self.report(runs)
+        self.assertEqual(results["figures"]["single"]["decode_tps_after_16384"], 41.0)
+        self.assertAlmostEqual(results["vs_single"]["decode_tps_after_16384"], 40.5 / 41.0)
+        self.assertAlmostEqual(results["vs_single"]["aggregate_tps_16"], 159.0 / 151.0)
+        names = [line.split(" | ")[0] for line in md.splitlines() if line.startswith("| ")]
+        # Prefill sizes first, then decode after a long prompt, then the stream counts.
+        self.assertLess(names.index("| prefill_tps_4096"), names.index("| decode_tps_after_16384"))
+        self.assertLess(names.index("| decode_tps_after_16384"), names.index("| aggregate_tps_16"))
+
+    def test_every_configurations_decode_is_a_fraction_of_the_bandwidth_bound(self):
+        bound = 4.8e12 / 13_918_301_952
+        f = self.results["bandwidth_fraction"]
+        self.assertAlmostEqual(f["single"], 56.5 / bound)
+        self.assertAlmostEqual(f["tandem-split"], 56.75 / bound)
+        self.assertIn("decode as a fraction of the bandwidth bound", self.md)
+        self.assertIn(f"tandem-split {56.75 / bound:.2f}", self.md)
+
     def test_tandem_in_one_process_gets_a_column_and_its_ratios_when_measured(self):
         runs = self.RUNS + [run("tandem-single", 1, [62.0, 63.0, 64.0], [2300.0, 2400.0, 2500.0], [2500.0, 2600.0, 2700.0])]
         results, md = self.report(runs)

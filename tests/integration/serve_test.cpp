@@ -227,18 +227,20 @@ TEST(Bench, MeasuresEveryFigureAgainstTandemServe) {
   ScratchDir dir;
   LocalCluster cluster(dir, 1);
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
-  auto r =
-      run_tandem("bench --json --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key " + cluster.key() +
-                     " --runs 2 --gen-tokens 8 --prefill-tokens 32,64 --ttft-tokens 32 --concurrency 2",
-                 dir.file(""));
+  auto r = run_tandem(
+      "bench --json --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key " + cluster.key() +
+          " --runs 2 --gen-tokens 8 --prefill-tokens 32,64 --ttft-tokens 32 --decode-after 96 --concurrency 2,3",
+      dir.file(""));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = json::parse(r.out);
   EXPECT_EQ(j["model"], "tiny");
-  for (const char* f : {"decode_tps", "ttft_ms", "prefill_tps_32", "prefill_tps_64", "aggregate_tps"}) {
+  for (const char* f : {"decode_tps", "ttft_ms", "prefill_tps_32", "prefill_tps_64", "decode_tps_after_96",
+                        "aggregate_tps", "aggregate_tps_3"}) {
     ASSERT_TRUE(j["figures"].contains(f)) << f;
     EXPECT_EQ(j["figures"][f]["samples"].size(), 2u) << f;
     EXPECT_GT(j["figures"][f]["median"].get<double>(), 0.0) << f;
   }
+  EXPECT_FALSE(j["figures"].contains("aggregate_tps_2")) << "the first stream count's figure is aggregate_tps";
   // A wrong key is an error that says what the server answered.
   auto bad = run_tandem("bench --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key nope --runs 1",
                         dir.file(""));
