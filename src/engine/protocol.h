@@ -63,7 +63,7 @@ struct TokenLogprob {
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
-  int cached_tokens = 0;  // prompt tokens whose KV cache was reused from the slot
+  int cached_tokens = 0;  // prompt tokens whose KV cache was reused from the slot or restored from the prompt cache
 };
 
 struct LoadProgress {

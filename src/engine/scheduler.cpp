@@ -117,7 +117,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
 }
 
 Scheduler::Scheduler(llama_model* model, llama_context* ctx, const SchedulerOptions& options, ChatTemplates chat)
-    : model_(model), ctx_(ctx), options_(options), chat_(std::move(chat)) {
+    : model_(model), ctx_(ctx), options_(options), chat_(std::move(chat)), prompt_cache_(options.prompt_cache_bytes) {
+  prompt_cache_stats_ = prompt_cache_.stats();
   for (int i = 0; i < options_.parallel; ++i) slots_.push_back(std::make_unique<Slot>(i, options_.context));
   batch_.reset(new llama_batch(llama_batch_init(options_.batch, 0, 1)));
   thread_ = std::thread([this] { run(); });
@@ -210,6 +211,7 @@ SchedulerStats Scheduler::stats() const {
   s.total = options_.parallel;
   s.waiting = static_cast<int>(waiting_.size());
   s.tokens_generated = tokens_generated_;
+  s.prompt_cache = prompt_cache_stats_;
   const double now = now_s();
   int sum = 0;
   double first = now;
@@ -286,10 +288,28 @@ void Scheduler::assign_waiting() {
       const size_t p = s->common_prefix(job->prompt);
       if (best == nullptr || p > best_prefix) best = s.get(), best_prefix = p;
     }
+    if (prompt_cache_.enabled()) use_prompt_cache(*best, best_prefix, job->prompt);
     best->start(std::move(job), ctx_);
     std::lock_guard<std::mutex> lock(mutex_);
     ++busy_;
+    prompt_cache_stats_ = prompt_cache_.stats();
   }
+}
+
+void Scheduler::use_prompt_cache(Slot& slot, size_t held_prefix, const std::vector<int32_t>& prompt) {
+  // Shorter states cost less to evaluate again than to keep and copy.
+  constexpr size_t kMinSavedTokens = 64;
+  if (prompt.empty()) return;
+  PromptCache::Taken cached;
+  const bool found = prompt_cache_.take(prompt, held_prefix, &cached);
+  const std::vector<int32_t>& held = slot.held();
+  if (held.size() >= kMinSavedTokens && held.size() > (found ? 0 : held_prefix)) {
+    std::vector<uint8_t> state = slot.save_state(ctx_);
+    if (!state.empty()) prompt_cache_.put(held, std::move(state));
+  }
+  if (!found) return;
+  const size_t prefix = std::min(cached.prefix, prompt.size() - 1);  // the last prompt token runs again
+  if (slot.restore_state(ctx_, std::move(cached.tokens), cached.state)) prompt_cache_.count_restored(prefix);
 }
 
 void Scheduler::step() {

@@ -45,6 +45,27 @@ size_t Slot::common_prefix(const std::vector<llama_token>& prompt) const {
   return n;
 }
 
+std::vector<uint8_t> Slot::save_state(llama_context* ctx) const {
+  if (cache_.empty()) return {};
+  std::vector<uint8_t> state(llama_state_seq_get_size(ctx, seq_id_));
+  const size_t n = llama_state_seq_get_data(ctx, state.data(), state.size(), seq_id_);
+  if (n == 0) return {};
+  state.resize(n);
+  return state;
+}
+
+bool Slot::restore_state(llama_context* ctx, std::vector<llama_token> tokens, const std::vector<uint8_t>& state) {
+  llama_memory_seq_rm(llama_get_memory(ctx), seq_id_, -1, -1);
+  cache_.clear();
+  if (tokens.size() > static_cast<size_t>(n_ctx_) ||
+      llama_state_seq_set_data(ctx, state.data(), state.size(), seq_id_) != state.size()) {
+    llama_memory_seq_rm(llama_get_memory(ctx), seq_id_, -1, -1);
+    return false;
+  }
+  cache_ = std::move(tokens);
+  return true;
+}
+
 void Slot::start(std::unique_ptr<Job> job, llama_context* ctx) {
   size_t keep = common_prefix(job->prompt);
   if (keep == job->prompt.size()) --keep;

@@ -2,6 +2,7 @@
 // running on it. Private to the engine; touched only by the scheduler's decode thread.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,14 @@ class Slot {
   const std::string& job_id() const { return job_->id; }
   // Tokens in common between what the slot's KV stream holds and `prompt`.
   size_t common_prefix(const std::vector<llama_token>& prompt) const;
+  // What the slot's KV stream holds (prompt and generated tokens), in position order.
+  const std::vector<llama_token>& held() const { return cache_; }
+  // The stream's state as llama.cpp serialises one sequence; empty when it holds nothing or the
+  // read fails.
+  std::vector<uint8_t> save_state(llama_context* ctx) const;
+  // Replaces what the free slot's stream holds by `state`, a sequence that held `tokens`. False,
+  // with the stream left empty, when llama.cpp refuses the state.
+  bool restore_state(llama_context* ctx, std::vector<llama_token> tokens, const std::vector<uint8_t>& state);
 
   // Takes the job, keeping the longest cached prefix of its prompt in the KV stream (at least
   // one prompt token is always evaluated again, for its logits).

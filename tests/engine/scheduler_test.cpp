@@ -46,8 +46,10 @@ class SchedulerTest : public ::testing::Test {
     delete model_path_;
   }
 
-  static std::unique_ptr<Scheduler> make(int parallel, int context = 256, bool warm_up = true) {
+  static std::unique_ptr<Scheduler> make(int parallel, int context = 256, bool warm_up = true,
+                                         uint64_t prompt_cache_bytes = 0) {
     SchedulerOptions o;
+    o.prompt_cache_bytes = prompt_cache_bytes;
     o.parallel = parallel;
     o.context = context;
     o.warm_up = warm_up;
@@ -147,6 +149,37 @@ TEST_F(SchedulerTest, EightConcurrentRequestsGetTheTokensTheyGetAlone) {
     EngineEvent e = collectors[i]->final_event();
     ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
     EXPECT_EQ(e.tokens, alone[i]) << "request " << i;
+  }
+}
+
+// Two conversations take turns on one slot: with the prompt cache the returning one restores its
+// prefix instead of evaluating it and gets the tokens a fresh prefill gives; without it, it
+// evaluates everything again.
+TEST_F(SchedulerTest, AReturningConversationRestoresItsPrefixFromThePromptCache) {
+  std::string a = "Alice asks:", b = "Bob says:";
+  for (int i = 0; i < 30; ++i) a += " the quick brown fox", b += " a lazy dog sleeps";
+  for (uint64_t bytes : {uint64_t{0}, uint64_t{64} << 20}) {
+    auto s = make(1, 512, true, bytes);
+    ASSERT_TRUE(s);
+    const EngineEvent first = run(*s, "a1", RequestKind::completion, greedy(a, 8));
+    ASSERT_EQ(first.type, EngineEvent::Type::done);
+    ASSERT_GT(first.usage.prompt_tokens, 100);
+    ASSERT_EQ(run(*s, "b1", RequestKind::completion, greedy(b, 8)).type, EngineEvent::Type::done);
+    const EngineEvent again = run(*s, "a2", RequestKind::completion, greedy(a, 8));
+    ASSERT_EQ(again.type, EngineEvent::Type::done);
+    EXPECT_EQ(again.tokens, first.tokens) << (bytes ? "restored" : "evaluated again");
+    const PromptCacheStats c = s->stats().prompt_cache;
+    if (bytes == 0) {
+      EXPECT_LE(again.usage.cached_tokens, 1);  // the BOS token both prompts begin with
+      EXPECT_EQ(c.entries, 0u);
+      continue;
+    }
+    EXPECT_EQ(again.usage.cached_tokens, first.usage.prompt_tokens - 1);
+    EXPECT_EQ(c.hits, 1u);
+    EXPECT_EQ(c.restored_tokens, static_cast<uint64_t>(first.usage.prompt_tokens - 1));
+    EXPECT_EQ(c.entries, 1u) << "b's state, saved when a took the slot back";
+    EXPECT_GT(c.bytes, 0u);
+    EXPECT_LE(c.bytes, c.max_bytes);
   }
 }
 
