@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "common/strings.h"
+#include "common/units.h"
 #include "datapath/switches.h"
 #include "engine/generate.h"
 #include "engine/llama_log.h"
@@ -28,6 +29,7 @@ struct EngineFlags {
   std::string rpc, split;
   std::vector<std::string> worker_caches, tandem_workers;
   std::string rpc_in_process;
+  std::string prompt_cache = "0";
   bool json = false, no_cuda_graphs = false, output_last = false, workers_first = false;
   std::vector<std::string> switches_off;  // flags of datapath::kDataPathSwitches given
   int verbose = 0;
@@ -131,6 +133,10 @@ void register_engine(CLI::App& app) {
                   "results on CPU)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("--prompt-cache", f.prompt_cache,
+                  "--socket: host memory for the prompt cache (e.g. 8GiB; 0: off): a request that takes over a slot "
+                  "saves its state, a later request sharing a longer prefix with it restores it")
+      ->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0: one per physical core)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -183,6 +189,9 @@ void register_engine(CLI::App& app) {
     if (socket->count() == 0 && prompt->count() == 0)
       fail("engine: give --socket PATH to serve or --prompt TEXT to generate once", 2);
     f.serve.scheduler.context = f.one_shot.n_ctx;
+    auto cache = parse_bytes(f.prompt_cache);
+    if (!cache.is_ok()) fail("--prompt-cache: " + cache.status().message(), 2);
+    f.serve.scheduler.prompt_cache_bytes = cache.value();
     if (socket->count() > 0) return run_server(f);
     run_one_shot(f);
     if (!f.rpc_in_process.empty()) {
