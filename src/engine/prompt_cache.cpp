@@ -6,8 +6,8 @@ namespace tandem::engine {
 namespace {
 
 size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  const auto end = std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(std::min(a.size(), b.size())),
-                                 b.begin());
+  const auto end =
+      std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(std::min(a.size(), b.size())), b.begin());
   return static_cast<size_t>(end.first - a.begin());
 }
 
