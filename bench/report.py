@@ -56,7 +56,7 @@ def write_svg(figures, names, out):
 SIZED = ("prefill_tps_", "decode_tps_after_", "aggregate_tps_")
 
 
-def prefill_sizes(measured):
+def sized_figures(measured):
     """The sized figures of one run (prefill_tps_N, decode_tps_after_N, aggregate_tps_N), in that
     order, smallest size first within each."""
     sized = lambda prefix: sorted((k for k in measured if k.startswith(prefix) and k[len(prefix):].isdigit()),
@@ -67,7 +67,7 @@ def prefill_sizes(measured):
 def figure_names(figures):
     """The figures a report compares: FIGURES, then each other size's."""
     seen = {k for f in figures.values() for k in f}
-    return [n for n, _ in FIGURES] + [k for k in prefill_sizes(seen) if k != "prefill_tps_512"]
+    return [n for n, _ in FIGURES] + [k for k in sized_figures(seen) if k != "prefill_tps_512"]
 
 
 def spread_table(runs, names):
@@ -103,7 +103,7 @@ def main():
             continue
         fig = {}
         measured = mine[0]["bench"]["figures"]
-        for name, key in FIGURES + [(k, k) for k in prefill_sizes(measured)]:
+        for name, key in FIGURES + [(k, k) for k in sized_figures(measured)]:
             if key in measured:
                 fig[name] = statistics.median(r["bench"]["figures"][key]["median"] for r in mine)
         figures[config] = fig
