@@ -260,8 +260,7 @@ void flush_input_writes() {
 }
 
 Status install_input_writes(bool queue) {
-  static const Status checked = check_interposition();
-  if (!checked.is_ok()) return checked;
+  TANDEM_RETURN_IF_ERROR(check_interposition());
   g_queueing.store(queue);
   if (!g_installed.exchange(true)) {
     set_device_fence_hooks(&kFence);

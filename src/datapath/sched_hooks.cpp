@@ -157,8 +157,7 @@ constexpr SchedulerHooks kHooks{&on_run, &on_launch, &on_synchronize, &on_copy};
 }  // namespace
 
 Status install_scheduler_hooks() {
-  static const Status checked = check_interposition();
-  if (!checked.is_ok()) return checked;
+  TANDEM_RETURN_IF_ERROR(check_interposition());
   set_scheduler_hooks(&kHooks);
   return Status::ok();
 }

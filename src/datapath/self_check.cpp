@@ -69,9 +69,7 @@ uint32_t calls_through_ggml(std::string* why) {
   return seen;
 }
 
-}  // namespace
-
-Status check_interposition() {
+Status run_check() {
   std::vector<std::string> wrong;
   for (uint32_t i = 0; i < static_cast<uint32_t>(Interposed::count); ++i) {
     const char* name = kInterposedNames[i];
@@ -107,6 +105,15 @@ Status check_interposition() {
       ". tandem's split data path would be bypassed (inputs never written, or written twice); this "
       "build of tandem or of ggml does not let the executable replace ggml's functions (built with "
       "-Bsymbolic, LTO or hidden visibility?). Rebuild against the pinned llama.cpp as the README does");
+}
+
+}  // namespace
+
+Status check_interposition() {
+  // Once per process: its own calls pass through the hooks installed after it (a later component's
+  // check would be counted as the work of a step).
+  static const Status checked = run_check();
+  return checked;
 }
 
 }  // namespace tandem::datapath

@@ -18,8 +18,9 @@ namespace tandem::datapath {
 // copy through ggml_backend_tensor_copy_async, a graph through ggml_backend_graph_compute and
 // ggml's scheduler, a buffer freed by the scheduler). The other three (tensor_memset,
 // buffer_clear, buffer_copy_tensor) ggml calls only from its RPC server, another library whose
-// calls go through the resolution checked, or between two device buffers. Run it before any hook
-// is installed. Errors name each function that is not reached and why.
+// calls go through the resolution checked, or between two device buffers. The first call runs the
+// check, before any hook is installed; later calls return its result. Errors name each function
+// that is not reached and why.
 Status check_interposition();
 
 }  // namespace tandem::datapath
