@@ -20,6 +20,7 @@ std::atomic<TensorSetHook> g_set_hooks[kSlots];
 std::mutex g_edit;  // serialises edits; calls read the slots without it
 std::atomic<const SchedulerHooks*> g_sched{nullptr};
 std::atomic<const DeviceFenceHooks*> g_fence{nullptr};
+std::atomic<const FirstHooks*> g_first{nullptr};
 
 thread_local bool t_canary = false;
 thread_local uint32_t t_seen = 0;
@@ -71,6 +72,13 @@ TensorSetFn real_tensor_set() {
   return fn;
 }
 
+TensorGetFn real_tensor_get() {
+  static TensorGetFn fn = real<TensorGetFn>(Interposed::tensor_get);
+  return fn;
+}
+
+void set_first_hooks(const FirstHooks* hooks) { g_first.store(hooks, std::memory_order_release); }
+
 void set_scheduler_hooks(const SchedulerHooks* hooks) { g_sched.store(hooks, std::memory_order_release); }
 void set_device_fence_hooks(const DeviceFenceHooks* hooks) { g_fence.store(hooks, std::memory_order_release); }
 
@@ -93,9 +101,12 @@ extern "C" {
 
 using tandem::datapath::Interposed;
 
-// With no hook it only forwards: four relaxed loads per call.
+// With no hook it only forwards: five relaxed loads per call.
 void ggml_backend_tensor_set(struct ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
   tandem::datapath::entered(Interposed::tensor_set);
+  if (const auto* first = tandem::datapath::g_first.load(std::memory_order_relaxed)) {
+    if (first->set != nullptr && first->set(tensor, data, offset, size)) return;
+  }
   for (auto& h : tandem::datapath::g_set_hooks) {
     const tandem::datapath::TensorSetHook hook = h.load(std::memory_order_relaxed);
     if (hook != nullptr && hook(tensor, data, offset, size)) return;
@@ -104,10 +115,12 @@ void ggml_backend_tensor_set(struct ggml_tensor* tensor, const void* data, size_
 }
 
 void ggml_backend_tensor_get(const struct ggml_tensor* tensor, void* data, size_t offset, size_t size) {
-  static auto fn = tandem::datapath::real<void (*)(const ggml_tensor*, void*, size_t, size_t)>(Interposed::tensor_get);
   tandem::datapath::entered(Interposed::tensor_get);
+  if (const auto* first = tandem::datapath::g_first.load(std::memory_order_relaxed)) {
+    if (first->get != nullptr && first->get(tensor, data, offset, size)) return;
+  }
   tandem::datapath::fence();
-  fn(tensor, data, offset, size);
+  tandem::datapath::real_tensor_get()(tensor, data, offset, size);
 }
 
 void ggml_backend_tensor_memset(struct ggml_tensor* tensor, uint8_t value, size_t offset, size_t size) {

@@ -53,7 +53,9 @@ using TensorCopyFn = void (*)(const ggml_tensor*, ggml_tensor*);
 using LaunchFn = enum ggml_status (*)(ggml_backend_t, ggml_cgraph*);
 using SynchronizeFn = void (*)(ggml_backend_t);
 using SchedComputeFn = enum ggml_status (*)(ggml_backend_sched_t, ggml_cgraph*);
+using TensorGetFn = void (*)(const ggml_tensor*, void*, size_t, size_t);
 TensorSetFn real_tensor_set();
+TensorGetFn real_tensor_get();  // without the device fence too
 
 // Tensor-set hooks: true when it placed the data itself; false lets the next hook, and in the
 // end ggml's own function, do it.
@@ -62,6 +64,16 @@ using TensorSetHook = bool (*)(ggml_tensor* tensor, const void* data, size_t off
 bool add_tensor_set_hook(TensorSetHook hook);
 // Removes `hook` if installed. The caller makes sure no call is inside it any more.
 void remove_tensor_set_hook(TensorSetHook hook);
+
+// Hooks that run before every other one on tensor sets and gets (the prompt cache's shares,
+// datapath/kv_shares.h: a state's worker regions must not reach the input hooks, which would send
+// or queue them as data). True when it handled the call. `get` runs before the device fence.
+struct FirstHooks {
+  bool (*set)(ggml_tensor* tensor, const void* data, size_t offset, size_t size);
+  bool (*get)(const ggml_tensor* tensor, void* data, size_t offset, size_t size);
+};
+// Installs `hooks` (static storage; nullptr uninstalls) for the whole process.
+void set_first_hooks(const FirstHooks* hooks);
 
 // The head's view of ggml's scheduler. `run` wraps each ggml_backend_sched_graph_compute_async
 // (one per ubatch); `launch`, `synchronize` and `copy` wrap ggml_backend_graph_compute_async,

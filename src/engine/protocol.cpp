@@ -45,6 +45,46 @@ StatusCode code_from_wire(const std::string& s) {
   return StatusCode::internal;
 }
 
+json prompt_cache_json(const PromptCacheStats& c) {
+  return {{"max_bytes", c.max_bytes},
+          {"bytes", c.bytes},
+          {"worker_bytes", c.worker_bytes},
+          {"entries", c.entries},
+          {"hits", c.hits},
+          {"misses", c.misses},
+          {"evictions", c.evictions},
+          {"restored_tokens", c.restored_tokens},
+          {"failed_restores", c.failed_restores},
+          {"saves", c.saves},
+          {"saved_bytes", c.saved_bytes},
+          {"saved_worker_bytes", c.saved_worker_bytes},
+          {"per_worker", c.per_worker}};
+}
+
+PromptCacheStats prompt_cache_from(const json& j) {
+  PromptCacheStats c;
+  if (!j.is_object()) return c;
+  c.max_bytes = int_field(j, "max_bytes", uint64_t{0});
+  c.bytes = int_field(j, "bytes", uint64_t{0});
+  c.worker_bytes = int_field(j, "worker_bytes", uint64_t{0});
+  c.entries = int_field(j, "entries", uint64_t{0});
+  c.hits = int_field(j, "hits", uint64_t{0});
+  c.misses = int_field(j, "misses", uint64_t{0});
+  c.evictions = int_field(j, "evictions", uint64_t{0});
+  c.restored_tokens = int_field(j, "restored_tokens", uint64_t{0});
+  c.failed_restores = int_field(j, "failed_restores", uint64_t{0});
+  c.saves = int_field(j, "saves", uint64_t{0});
+  c.saved_bytes = int_field(j, "saved_bytes", uint64_t{0});
+  c.saved_worker_bytes = int_field(j, "saved_worker_bytes", uint64_t{0});
+  const json per = j.value("per_worker", json::object());
+  if (per.is_object()) {
+    for (const auto& [endpoint, bytes] : per.items()) {
+      if (bytes.is_number_unsigned()) c.per_worker[endpoint] = bytes.get<uint64_t>();
+    }
+  }
+  return c;
+}
+
 json status_json(const EngineStatus& s) {
   json j = {{"state", s.state},
             {"load",
@@ -54,6 +94,7 @@ json status_json(const EngineStatus& s) {
               {"rate", s.load.rate}}},
             {"slots", {{"busy", s.slots_busy}, {"total", s.slots_total}, {"waiting", s.waiting}}},
             {"tokens_per_s", s.tokens_per_s},
+            {"prompt_cache", prompt_cache_json(s.prompt_cache)},
             {"protocol", kProtocolVersion}};
   if (!s.error.empty()) j["error"] = s.error;
   return j;
@@ -71,6 +112,7 @@ EngineStatus status_from(const json& j) {
   s.slots_total = int_field(slots, "total", 0);
   s.waiting = int_field(slots, "waiting", 0);
   s.tokens_per_s = j.value("tokens_per_s", 0.0);
+  s.prompt_cache = prompt_cache_from(j.value("prompt_cache", json::object()));
   s.error = j.value("error", "");
   return s;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,13 +74,30 @@ struct LoadProgress {
   double rate = 0;  // bytes per second since loading began
 };
 
+// The prompt cache (engine/prompt_cache.h), as the engine reports it. Bytes are what is held
+// now; the counts are since the engine started.
+struct PromptCacheStats {
+  uint64_t bytes = 0, max_bytes = 0;  // the head's part held now; the bound of each node (0: off)
+  uint64_t worker_bytes = 0;          // the workers' parts held now, all workers together
+  uint64_t entries = 0;
+  uint64_t hits = 0, misses = 0;               // lookups that found a longer prefix than the slots hold, or not
+  uint64_t evictions = 0;                      // states dropped to stay within the bounds
+  uint64_t restored_tokens = 0;                // prompt tokens restored instead of evaluated
+  uint64_t failed_restores = 0;                // states found that could not be restored (evaluated instead)
+  uint64_t saves = 0;                          // states kept
+  uint64_t saved_bytes = 0;                    // their whole size, the head's and the workers' parts
+  uint64_t saved_worker_bytes = 0;             // of which the workers kept
+  std::map<std::string, uint64_t> per_worker;  // a worker's RPC endpoint -> its parts held now
+};
+
 struct EngineStatus {
   std::string state = "loading";  // "loading", "ready" or "failed"
   LoadProgress load;
   int slots_busy = 0, slots_total = 0;
   int waiting = 0;          // requests queued for a free slot
   double tokens_per_s = 0;  // generated tokens per second over the last few seconds
-  std::string error;        // state "failed": why
+  PromptCacheStats prompt_cache;
+  std::string error;  // state "failed": why
 };
 
 // Engine → client.

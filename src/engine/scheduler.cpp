@@ -6,7 +6,9 @@
 
 #include "common.h"
 #include "common/cpu_cores.h"
+#include "common/host_memory.h"
 #include "common/log.h"
+#include "common/units.h"
 #include "engine/llama_log.h"
 #include "engine/request.h"
 #include "engine/slot.h"
@@ -117,7 +119,11 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
 }
 
 Scheduler::Scheduler(llama_model* model, llama_context* ctx, const SchedulerOptions& options, ChatTemplates chat)
-    : model_(model), ctx_(ctx), options_(options), chat_(std::move(chat)), prompt_cache_(options.prompt_cache_bytes) {
+    : model_(model),
+      ctx_(ctx),
+      options_(options),
+      chat_(std::move(chat)),
+      prompt_cache_(options.prompt_cache_bytes, [](SavedState& s) { datapath::drop_shares(s.key, s.shares); }) {
   prompt_cache_stats_ = prompt_cache_.stats();
   for (int i = 0; i < options_.parallel; ++i) slots_.push_back(std::make_unique<Slot>(i, options_.context));
   batch_.reset(new llama_batch(llama_batch_init(options_.batch, 0, 1)));
@@ -132,6 +138,7 @@ Scheduler::~Scheduler() {
   wake_.notify_all();
   thread_.join();
   slots_.clear();
+  prompt_cache_.clear();  // its workers' shares are addressed through KV tensors that llama_free frees
   batch_.reset();
   llama_free(ctx_);
 }
@@ -224,6 +231,11 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
+bool Scheduler::idle() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return busy_ == 0 && waiting_.empty() && !stopping_;
+}
+
 bool Scheduler::wait_for_work() {
   std::unique_lock<std::mutex> lock(mutex_);
   wake_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !cancels_.empty() || busy_ > 0; });
@@ -235,6 +247,8 @@ void Scheduler::run() {
     take_cancellations();
     assign_waiting();
     step();
+    // Saved while nothing waits, a state costs the next request nothing when it takes the slot.
+    if (prompt_cache_.enabled()) save_idle_slots();
   }
   const Status down = Status::unavailable("the engine is shutting down");
   for (auto& s : slots_) s->fail(down);
@@ -297,19 +311,61 @@ void Scheduler::assign_waiting() {
 }
 
 void Scheduler::use_prompt_cache(Slot& slot, size_t held_prefix, const std::vector<int32_t>& prompt) {
-  // Shorter states cost less to evaluate again than to keep and copy.
-  constexpr size_t kMinSavedTokens = 64;
   if (prompt.empty()) return;
   PromptCache::Taken cached;
   const bool found = prompt_cache_.take(prompt, held_prefix, &cached);
-  const std::vector<int32_t>& held = slot.held();
-  if (held.size() >= kMinSavedTokens && held.size() > (found ? 0 : held_prefix)) {
-    std::vector<uint8_t> state = slot.save_state(ctx_);
-    if (!state.empty()) prompt_cache_.put(held, std::move(state));
-  }
+  if (!slot.saved() && slot.held().size() > (found ? 0 : held_prefix)) save_slot(slot);
   if (!found) return;
   const size_t prefix = std::min(cached.prefix, prompt.size() - 1);  // the last prompt token runs again
-  if (slot.restore_state(ctx_, std::move(cached.tokens), cached.state)) prompt_cache_.count_restored(prefix);
+  std::string why;
+  if (slot.restore_state(ctx_, std::move(cached.tokens), cached.state, &why)) {
+    prompt_cache_.count_restored(prefix);
+  } else {
+    prompt_cache_.count_failed_restore();
+    log::warn("engine", "prompt cache: a cached state of " + std::to_string(cached.prefix) +
+                            " matching tokens could not be restored (" + why + "); the prompt is evaluated");
+  }
+  datapath::drop_shares(cached.state.key, cached.state.shares);
+}
+
+void Scheduler::save_slot(Slot& slot) {
+  // Whatever comes of it, this content is not tried again: a save that failed would fail again.
+  slot.set_saved();
+  // Shorter states cost less to evaluate again than to keep and copy.
+  constexpr size_t kMinSavedTokens = 64;
+  if (slot.held().size() < kMinSavedTokens) return;
+  std::string why;
+  SavedState state = slot.save_state(ctx_, next_state_key_++, &why);
+  if (state.size == 0) {
+    if (!why.empty()) log::warn("engine", "prompt cache: a state was not kept: " + why);
+    return;
+  }
+  // The states are host memory that grows after the load: older ones go before this machine runs
+  // short, and this one too when that is not enough.
+  while (available_host_memory() < kHostMemoryReserve && prompt_cache_.evict_one()) {}
+  if (available_host_memory() < kHostMemoryReserve) {
+    log::warn("engine", "prompt cache: a state of " + format_bytes(state.head_bytes()) +
+                            " was not kept: this machine has less than " + format_bytes(kHostMemoryReserve) +
+                            " of memory available");
+    datapath::drop_shares(state.key, state.shares);
+    return;
+  }
+  prompt_cache_.put(slot.held(), std::move(state));
+}
+
+void Scheduler::save_idle_slots() {
+  bool saved = false;
+  for (auto& s : slots_) {
+    if (s->busy() || s->saved()) continue;
+    // A request that came in goes first: one save at most stands before it (a slot it takes over
+    // unsaved is saved then, if it must be).
+    if (!idle()) break;
+    save_slot(*s);
+    saved = true;
+  }
+  if (!saved) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  prompt_cache_stats_ = prompt_cache_.stats();
 }
 
 void Scheduler::step() {

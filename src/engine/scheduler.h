@@ -42,9 +42,11 @@ struct SchedulerOptions {
   // docs/engine-protocol.md (exactness) for why a value below 64 makes results independent of
   // what else shares the batch on the CPU backend.
   int max_prompt_chunk = 0;
-  // Host memory for the prompt cache (engine/prompt_cache.h): the states of sequences a new
-  // request takes the slot of, restored when a later request shares a longer prefix with one than
-  // with any slot. 0 turns it off. Over RPC a save or restore carries the workers' KV over the link.
+  // Memory for the prompt cache (engine/prompt_cache.h) on each node: the states of sequences that
+  // left their slot idle or were taken over, restored when a later request shares a longer prefix
+  // with one than with any slot. 0 turns it off. A tandem worker keeps its part of each state in
+  // its own memory (datapath/kv_shares.h, while a datapath::KvShares lives); through a stock RPC
+  // server a save or restore carries that part over the link.
   uint64_t prompt_cache_bytes = 0;
   // Before the first request: one prompt step and one decode step of a throwaway sequence, then
   // the KV cache cleared, so that the first request does not pay the devices' start-up (CUDA
@@ -99,6 +101,11 @@ class Scheduler {
   // Before `slot` takes a request for `prompt`: saves what the slot holds when the request would
   // cut it, and restores the cached state sharing a longer prefix than the slot's `held_prefix`.
   void use_prompt_cache(Slot& slot, size_t held_prefix, const std::vector<int32_t>& prompt);
+  // Puts what `slot` holds into the prompt cache (64 tokens or more).
+  void save_slot(Slot& slot);
+  // Saves every free slot that holds what the cache does not (when nothing runs or waits).
+  void save_idle_slots();
+  bool idle() const;
   void step();
   void record_tokens(int n);
 
@@ -111,6 +118,7 @@ class Scheduler {
   // Owned by the decode thread.
   std::vector<std::unique_ptr<Slot>> slots_;
   PromptCache prompt_cache_;  // its stats copied into prompt_cache_stats_ under mutex_
+  uint64_t next_state_key_ = 1;
   struct BatchDeleter {
     void operator()(struct llama_batch* b) const;
   };

@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "datapath/kv_shares.h"
 #include "datapath/local_inputs.h"
 #include "datapath/rpc_writes.h"
 #include "engine/unix_socket.h"
@@ -135,6 +136,7 @@ class Server {
   std::unique_ptr<datapath::AsyncRpcWrites>
       rpc_writes_;  // with RPC servers; written by the loader, outlives scheduler_
   std::unique_ptr<datapath::LocalInputCopies> local_inputs_;  // written by the loader, outlives scheduler_
+  std::unique_ptr<datapath::KvShares> kv_shares_;             // written by the loader, outlives scheduler_
   std::unique_ptr<Scheduler> scheduler_;  // guarded by mutex_; set once, reset only after the readers are joined
   std::vector<std::shared_ptr<Connection>> connections_;  // guarded by mutex_
 };
@@ -193,6 +195,8 @@ void Server::load() {
   if (!p.rpc_servers.empty() && p.async_rpc_writes)
     rpc_writes_ =
         std::make_unique<datapath::AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
+  if (!p.tandem_workers.empty() && config_.scheduler.prompt_cache_bytes > 0)
+    kv_shares_ = std::make_unique<datapath::KvShares>(p.tandem_workers);
   if (p.queue_local_inputs) local_inputs_ = std::make_unique<datapath::LocalInputCopies>(slots(p.local_input_slots));
   auto scheduler = Scheduler::create(model_.get(), config_.scheduler);
   if (!scheduler.is_ok()) return set_failed(scheduler.status().message());
@@ -252,6 +256,7 @@ EngineEvent Server::status_event() {
     e.status.slots_total = st.total;
     e.status.waiting = st.waiting;
     e.status.tokens_per_s = st.tokens_per_s;
+    e.status.prompt_cache = st.prompt_cache;
   } else {
     e.status.slots_total = config_.scheduler.parallel;
   }

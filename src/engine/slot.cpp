@@ -45,27 +45,6 @@ size_t Slot::common_prefix(const std::vector<llama_token>& prompt) const {
   return n;
 }
 
-std::vector<uint8_t> Slot::save_state(llama_context* ctx) const {
-  if (cache_.empty()) return {};
-  std::vector<uint8_t> state(llama_state_seq_get_size(ctx, seq_id_));
-  const size_t n = llama_state_seq_get_data(ctx, state.data(), state.size(), seq_id_);
-  if (n == 0) return {};
-  state.resize(n);
-  return state;
-}
-
-bool Slot::restore_state(llama_context* ctx, std::vector<llama_token> tokens, const std::vector<uint8_t>& state) {
-  llama_memory_seq_rm(llama_get_memory(ctx), seq_id_, -1, -1);
-  cache_.clear();
-  if (tokens.size() > static_cast<size_t>(n_ctx_) ||
-      llama_state_seq_set_data(ctx, state.data(), state.size(), seq_id_) != state.size()) {
-    llama_memory_seq_rm(llama_get_memory(ctx), seq_id_, -1, -1);
-    return false;
-  }
-  cache_ = std::move(tokens);
-  return true;
-}
-
 void Slot::start(std::unique_ptr<Job> job, llama_context* ctx) {
   size_t keep = common_prefix(job->prompt);
   if (keep == job->prompt.size()) --keep;
@@ -76,6 +55,7 @@ void Slot::start(std::unique_ptr<Job> job, llama_context* ctx) {
     keep = 0;
   }
   cache_.resize(keep);
+  saved_ = false;
   job_ = std::move(job);
   text_ = TextStream(job_->stops);
   logits_index_ = -1;
@@ -183,6 +163,7 @@ void Slot::fail(const Status& error) {
 void Slot::drop_cache(llama_context* ctx) {
   llama_memory_seq_rm(llama_get_memory(ctx), seq_id_, -1, -1);
   cache_.clear();
+  saved_ = false;
 }
 
 }  // namespace tandem::engine

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/job.h"
+#include "engine/prompt_cache.h"
 #include "engine/text_stream.h"
 
 struct llama_context;
@@ -26,12 +27,19 @@ class Slot {
   size_t common_prefix(const std::vector<llama_token>& prompt) const;
   // What the slot's KV stream holds (prompt and generated tokens), in position order.
   const std::vector<llama_token>& held() const { return cache_; }
-  // The stream's state as llama.cpp serialises one sequence; empty when it holds nothing or the
-  // read fails.
-  std::vector<uint8_t> save_state(llama_context* ctx) const;
+  // The stream's state as llama.cpp serialises one sequence, named `key`: the parts in a tandem
+  // worker's KV stay on that worker (datapath/kv_shares.h). Size 0 when the slot holds nothing or
+  // the save fails (the reason in `why`, when given); nothing is then left on the workers.
+  SavedState save_state(llama_context* ctx, uint64_t key, std::string* why = nullptr) const;
   // Replaces what the free slot's stream holds by `state`, a sequence that held `tokens`. False,
-  // with the stream left empty, when llama.cpp refuses the state.
-  bool restore_state(llama_context* ctx, std::vector<llama_token> tokens, const std::vector<uint8_t>& state);
+  // with the stream left empty, when llama.cpp refuses the state or a worker no longer holds its
+  // part (the reason in `why`). The workers' parts stay; the caller drops them.
+  bool restore_state(llama_context* ctx, std::vector<llama_token> tokens, const SavedState& state,
+                     std::string* why = nullptr);
+  // Whether what the stream holds now was offered to the prompt cache (kept or not) since it last
+  // changed.
+  bool saved() const { return saved_; }
+  void set_saved() { saved_ = true; }
 
   // Takes the job, keeping the longest cached prefix of its prompt in the KV stream (at least
   // one prompt token is always evaluated again, for its logits).
@@ -67,6 +75,7 @@ class Slot {
   std::vector<llama_token> generated_;  // only when the job asked for return_tokens
   std::vector<TokenLogprob> logprobs_;  // only when the job asked for logprobs: not yet sent
   int n_cached_ = 0;                    // prompt tokens reused from the cache
+  bool saved_ = false;                  // see saved()
 };
 
 }  // namespace tandem::engine

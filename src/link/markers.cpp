@@ -10,6 +10,8 @@ namespace {
 
 constexpr char kCachedMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'c', 'a', 'c', 'h', 'e', 'd', '-', 'v', '1'};
 constexpr char kReuseMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'r', 'e', 'u', 's', 'e', '-', 'v', '1', '\n'};
+constexpr char kKvShareMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'k', 'v', 's', 'h', 'a', 'r', 'e', '1', '\n'};
+constexpr char kKvAnswerMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'k', 'v', 'h', 'e', 'l', 'd', '-', '1', '\n'};
 constexpr char kRunsMagic[16] = {'t', 'a', 'n', 'd', 'e', 'm', '-', 'r', 'u', 'n', 's', '-', 'v', '1', '\n', '\0'};
 
 // The header's run count, when `data` starts with a header whose runs fill the rest exactly.
@@ -61,6 +63,52 @@ std::optional<ReuseMarker> parse_reuse_marker(const void* data, size_t n) {
   m.drop = static_cast<uint32_t>(get_le(p + 40, 4));
   if (m.slot >= kReuseSlots || m.bytes == 0 || (m.drop >> kReuseSlots) != 0) return std::nullopt;
   return m;
+}
+
+std::array<uint8_t, kKvShareMarkerSize> encode_kv_share_marker(const KvShareMarker& m) {
+  std::array<uint8_t, kKvShareMarkerSize> out{};
+  std::memcpy(out.data(), kKvShareMagic, sizeof kKvShareMagic);
+  put_le(out.data() + 16, static_cast<uint32_t>(m.op), 4);
+  put_le(out.data() + 24, m.key, 8);
+  put_le(out.data() + 32, m.session, 8);
+  put_le(out.data() + 40, m.stream, 8);
+  put_le(out.data() + 48, m.offset, 8);
+  put_le(out.data() + 56, m.bytes, 8);
+  return out;
+}
+
+std::optional<KvShareMarker> parse_kv_share_marker(const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (n != kKvShareMarkerSize || std::memcmp(p, kKvShareMagic, sizeof kKvShareMagic) != 0 || get_le(p + 20, 4) != 0)
+    return std::nullopt;
+  const uint64_t op = get_le(p + 16, 4);
+  if (op < static_cast<uint32_t>(KvShareOp::save) || op > static_cast<uint32_t>(KvShareOp::query)) return std::nullopt;
+  KvShareMarker m;
+  m.op = static_cast<KvShareOp>(op);
+  m.key = get_le(p + 24, 8);
+  m.session = get_le(p + 32, 8);
+  m.stream = get_le(p + 40, 8);
+  m.offset = get_le(p + 48, 8);
+  m.bytes = get_le(p + 56, 8);
+  if ((m.op == KvShareOp::save || m.op == KvShareOp::restore) && m.bytes == 0) return std::nullopt;
+  return m;
+}
+
+std::array<uint8_t, kKvShareAnswerSize> encode_kv_share_answer(const KvShareAnswer& a) {
+  std::array<uint8_t, kKvShareAnswerSize> out{};
+  std::memcpy(out.data(), kKvAnswerMagic, sizeof kKvAnswerMagic);
+  put_le(out.data() + 16, a.held ? 1 : 0, 4);
+  put_le(out.data() + 20, a.faults, 4);
+  put_le(out.data() + 24, a.bytes, 8);
+  return out;
+}
+
+std::optional<KvShareAnswer> parse_kv_share_answer(const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (n != kKvShareAnswerSize || std::memcmp(p, kKvAnswerMagic, sizeof kKvAnswerMagic) != 0) return std::nullopt;
+  const uint64_t held = get_le(p + 16, 4);
+  if (held > 1) return std::nullopt;
+  return KvShareAnswer{held == 1, static_cast<uint32_t>(get_le(p + 20, 4)), get_le(p + 24, 8)};
 }
 
 std::optional<std::vector<uint8_t>> encode_word_runs(const void* data, size_t n) {

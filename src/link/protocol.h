@@ -19,7 +19,7 @@
 //
 // After VERDICT ok, an `rpc` connection carries ggml RPC bytes unchanged, a `control`
 // connection JSON lines (see control.h). Inside those RPC bytes, the head may send a tandem worker
-// of the same build three markers as the data of an ordinary SET_TENSOR (the second half of this
+// of the same build four markers as the data of an ordinary SET_TENSOR (the second half of this
 // header): they keep their place among the connection's other commands, and a stock RPC server
 // would store them as data, so only a peer that passed this handshake gets one.
 #pragma once
@@ -37,7 +37,7 @@
 
 namespace tandem::link {
 
-constexpr uint16_t kProtocolVersion = 3;
+constexpr uint16_t kProtocolVersion = 4;
 constexpr size_t kFrameHeaderSize = 8;
 constexpr size_t kMaxFrameBody = 1024;
 constexpr size_t kNonceSize = 32;
@@ -181,6 +181,39 @@ struct ReuseMarker {
 std::array<uint8_t, kReuseMarkerSize> encode_reuse_marker(const ReuseMarker& m);
 // nullopt also for an unknown op, a slot out of range, zero bytes or a drop of unknown slots.
 std::optional<ReuseMarker> parse_reuse_marker(const void* data, size_t n);
+
+// The prompt cache's shares (engine/prompt_cache.h, datapath/kv_shares.h): the part of a saved
+// sequence state that lies in a worker's KV cache stays in that worker's memory, under the head's
+// key: "tandem-kvshare1\n", op and 4 bytes of zeros as u32, then key, session, stream, offset and
+// bytes as u64. `save` copies `bytes` at `offset` of the SET_TENSOR's tensor to position `stream`
+// of that tensor's stream in share `key`; `restore` copies them back (anywhere in the tensor);
+// `drop` frees the share; `query` makes the next 32-byte GET_TENSOR on the connection answer
+// with a KvShareAnswer instead of tensor data. A new session drops every share of the last one.
+constexpr size_t kKvShareMarkerSize = 64;
+enum class KvShareOp : uint32_t { save = 1, restore = 2, drop = 3, query = 4 };
+struct KvShareMarker {
+  KvShareOp op = KvShareOp::save;
+  uint64_t key = 0;
+  uint64_t session = 0;
+  uint64_t stream = 0;  // save/restore: the position in the tensor's stream of this share
+  uint64_t offset = 0;  // save/restore: the region of the tensor
+  uint64_t bytes = 0;
+};
+std::array<uint8_t, kKvShareMarkerSize> encode_kv_share_marker(const KvShareMarker& m);
+// nullopt also for an unknown op, or a save or restore of zero bytes.
+std::optional<KvShareMarker> parse_kv_share_marker(const void* data, size_t n);
+
+// The worker's answer to a query: "tandem-kvheld-1\n", held as u32 (1: the share exists and every
+// save into it was kept), faults as u32 (saves or restores of the share it could not carry out),
+// then the share's bytes as u64.
+constexpr size_t kKvShareAnswerSize = 32;
+struct KvShareAnswer {
+  bool held = false;
+  uint32_t faults = 0;
+  uint64_t bytes = 0;
+};
+std::array<uint8_t, kKvShareAnswerSize> encode_kv_share_answer(const KvShareAnswer& a);
+std::optional<KvShareAnswer> parse_kv_share_answer(const void* data, size_t n);
 
 // A step input sent as runs of equal 32-bit words (a prompt chunk's masks are mostly long runs of
 // one value, and grow with the positions in the cache): "tandem-runs-v1\n\0", the expanded size as

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "datapath/input_writes.h"
+#include "datapath/kv_share_store.h"
 #include "worker/cache_loader.h"
 
 #include "ggml-backend.h"
@@ -83,9 +84,11 @@ void relay_output_as_records() {
 std::atomic<bool> release_requested{false};
 // The head session that had just ended when the signal came: its reuse slots go, a newer one's stay.
 std::atomic<uint64_t> released_session{0};
+std::atomic<uint64_t> released_share_session{0};  // the same, for the prompt cache's shares
 
 void on_release_signal(int) {
   released_session = datapath::input_reuse_session();
+  released_share_session = datapath::kv_share_session();
   release_requested = true;
 }
 
@@ -102,8 +105,13 @@ void keep_large_blocks_in_heap() {
       if (!release_requested.exchange(false)) continue;
       release_cache_loader();
       datapath::release_input_reuse(released_session.load());
+      const datapath::KvShareStoreStats shares = datapath::release_kv_shares(released_share_session.load());
       ::malloc_trim(0);
       char line[200];
+      if (shares.shares > 0) {
+        log::info("rpc-server", "prompt cache: dropped the ended session's " + std::to_string(shares.shares) +
+                                    " shares (" + format_bytes(shares.bytes) + ")");
+      }
       if (const datapath::StepWork w = datapath::take_step_work(); w.graphs > 0) {
         // Against the head's wait for this worker (its one-shot profile), this says what the
         // device's work was and what the hand-over cost.
@@ -150,6 +158,7 @@ Status run_rpc_server(const RpcServerOptions& o) {
     TANDEM_RETURN_IF_ERROR(install_cache_loader(lo));
   }
   TANDEM_RETURN_IF_ERROR(datapath::install_input_writes(o.async_input_writes));
+  TANDEM_RETURN_IF_ERROR(datapath::install_kv_share_store());
   if (log::format() == log::Format::json) relay_output_as_records();
   const size_t threads = o.threads > 0 ? static_cast<size_t>(o.threads) : static_cast<size_t>(physical_cores());
   ggml_backend_rpc_start_server(o.endpoint.c_str(), cache, threads, devs->size(), devs->data());

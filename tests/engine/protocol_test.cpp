@@ -94,6 +94,20 @@ TEST(Protocol, EventsRoundTrip) {
   ASSERT_TRUE(back.is_ok());
   EXPECT_EQ(back->status.state, "loading");
   EXPECT_EQ(back->status.load.total_bytes, 200u);
+
+  // The prompt cache's figures, each worker's share by its endpoint among them.
+  s.status.prompt_cache.max_bytes = 8ull << 30;
+  s.status.prompt_cache.bytes = 5000000000ull;
+  s.status.prompt_cache.hits = 3;
+  s.status.prompt_cache.evictions = 2;
+  s.status.prompt_cache.per_worker = {{"127.0.0.1:4000", 123}, {"127.0.0.1:4001", 456}};
+  back = decode_event(encode_event(s));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->status.prompt_cache.max_bytes, 8ull << 30);
+  EXPECT_EQ(back->status.prompt_cache.bytes, 5000000000ull);
+  EXPECT_EQ(back->status.prompt_cache.hits, 3u);
+  EXPECT_EQ(back->status.prompt_cache.evictions, 2u);
+  EXPECT_EQ(back->status.prompt_cache.per_worker, s.status.prompt_cache.per_worker);
 }
 
 TEST(Protocol, InvalidUtf8IsReplacedNotThrown) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -152,9 +153,17 @@ TEST_F(SchedulerTest, EightConcurrentRequestsGetTheTokensTheyGetAlone) {
   }
 }
 
+// The prompt cache's counts once the decode thread has saved what it saves while idle (it does
+// so right after a request ends, so a test reads them after waiting for `saves`).
+PromptCacheStats settled(Scheduler& s, uint64_t saves) {
+  for (int i = 0; i < 200 && s.stats().prompt_cache.saves < saves; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return s.stats().prompt_cache;
+}
+
 // Two conversations take turns on one slot: with the prompt cache the returning one restores its
 // prefix instead of evaluating it and gets the tokens a fresh prefill gives; without it, it
-// evaluates everything again.
+// evaluates everything again. Each slot's state is saved as soon as it idles.
 TEST_F(SchedulerTest, AReturningConversationRestoresItsPrefixFromThePromptCache) {
   std::string a = "Alice asks:", b = "Bob says:";
   for (int i = 0; i < 30; ++i) a += " the quick brown fox", b += " a lazy dog sleeps";
@@ -164,22 +173,27 @@ TEST_F(SchedulerTest, AReturningConversationRestoresItsPrefixFromThePromptCache)
     const EngineEvent first = run(*s, "a1", RequestKind::completion, greedy(a, 8));
     ASSERT_EQ(first.type, EngineEvent::Type::done);
     ASSERT_GT(first.usage.prompt_tokens, 100);
+    if (bytes != 0) EXPECT_EQ(settled(*s, 1).entries, 1u) << "a's state, saved when its request ended";
     ASSERT_EQ(run(*s, "b1", RequestKind::completion, greedy(b, 8)).type, EngineEvent::Type::done);
+    if (bytes != 0) EXPECT_EQ(settled(*s, 2).entries, 2u) << "b's state too";
     const EngineEvent again = run(*s, "a2", RequestKind::completion, greedy(a, 8));
     ASSERT_EQ(again.type, EngineEvent::Type::done);
     EXPECT_EQ(again.tokens, first.tokens) << (bytes ? "restored" : "evaluated again");
-    const PromptCacheStats c = s->stats().prompt_cache;
     if (bytes == 0) {
       EXPECT_LE(again.usage.cached_tokens, 1);  // the BOS token both prompts begin with
-      EXPECT_EQ(c.entries, 0u);
+      EXPECT_EQ(s->stats().prompt_cache.entries, 0u);
       continue;
     }
     EXPECT_EQ(again.usage.cached_tokens, first.usage.prompt_tokens - 1);
+    const PromptCacheStats c = settled(*s, 3);
     EXPECT_EQ(c.hits, 1u);
     EXPECT_EQ(c.restored_tokens, static_cast<uint64_t>(first.usage.prompt_tokens - 1));
-    EXPECT_EQ(c.entries, 1u) << "b's state, saved when a took the slot back";
+    EXPECT_EQ(c.failed_restores, 0u);
+    EXPECT_EQ(c.entries, 2u) << "b's, and a's saved again with its new tokens";
+    EXPECT_EQ(c.saves, 3u);
     EXPECT_GT(c.bytes, 0u);
     EXPECT_LE(c.bytes, c.max_bytes);
+    EXPECT_EQ(c.worker_bytes, 0u) << "no worker here";
   }
 }
 

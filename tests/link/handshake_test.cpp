@@ -77,11 +77,11 @@ TEST(Handshake, OldVersionGetsAVerdictNamingBothVersions) {
   Result<PeerInfo> server = Status::internal("not run");
   std::thread t([&] { server = server_handshake(p.b.get(), kKey, opts("w"), nullptr); });
   std::vector<uint8_t> frame = encode_hello(Hello{});
-  frame[kFrameHeaderSize + 1] = 2;  // version 2 (big-endian u16), the one before this build's
+  frame[kFrameHeaderSize + 1] = 3;  // version 3 (big-endian u16), the one before this build's
   ASSERT_EQ(::write(p.a.get(), frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
   t.join();
   ASSERT_FALSE(server.is_ok());
-  EXPECT_NE(server.status().message().find("speaks version 3, the peer version 2"), std::string::npos);
+  EXPECT_NE(server.status().message().find("speaks version 4, the peer version 3"), std::string::npos);
   uint8_t hdr[kFrameHeaderSize];
   ASSERT_EQ(read_exact(p.a.get(), hdr, sizeof hdr, deadline_in(Millis(1000))), Io::ok);
   auto h = parse_frame_header(hdr);

@@ -42,6 +42,50 @@ TEST(CachedMarker, RoundTripsAndRejectsAnythingElse) {
   EXPECT_FALSE(parse_cached_marker(bad.data(), bad.size()).has_value());
 }
 
+TEST(KvShareMarker, RoundTripsAndRejectsAnythingElse) {
+  using link::KvShareMarker;
+  using link::KvShareOp;
+  const KvShareMarker m{KvShareOp::restore, 77, 0xfeedface12345678ULL, 4096, 1 << 20, 8192};
+  const auto wire = link::encode_kv_share_marker(m);
+  ASSERT_EQ(wire.size(), link::kKvShareMarkerSize);
+  auto back = link::parse_kv_share_marker(wire.data(), wire.size());
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->op, KvShareOp::restore);
+  EXPECT_EQ(back->key, 77u);
+  EXPECT_EQ(back->session, 0xfeedface12345678ULL);
+  EXPECT_EQ(back->stream, 4096u);
+  EXPECT_EQ(back->offset, 1u << 20);
+  EXPECT_EQ(back->bytes, 8192u);
+  EXPECT_FALSE(link::parse_kv_share_marker(wire.data(), wire.size() - 1));
+  auto bad = wire;
+  bad[3] ^= 1;  // magic
+  EXPECT_FALSE(link::parse_kv_share_marker(bad.data(), bad.size()));
+  bad = wire;
+  bad[16] = 9;  // op
+  EXPECT_FALSE(link::parse_kv_share_marker(bad.data(), bad.size()));
+  bad = wire;
+  bad[21] = 1;  // the zeros after the op
+  EXPECT_FALSE(link::parse_kv_share_marker(bad.data(), bad.size()));
+  // A save or restore of nothing is no marker; a drop or query carries no region.
+  EXPECT_FALSE(link::parse_kv_share_marker(link::encode_kv_share_marker({KvShareOp::save, 1, 1, 0, 0, 0}).data(),
+                                           link::kKvShareMarkerSize));
+  EXPECT_TRUE(link::parse_kv_share_marker(link::encode_kv_share_marker({KvShareOp::drop, 1, 1, 0, 0, 0}).data(),
+                                          link::kKvShareMarkerSize));
+
+  const auto answer = link::encode_kv_share_answer({true, 3, 123456789});
+  auto a = link::parse_kv_share_answer(answer.data(), answer.size());
+  ASSERT_TRUE(a.has_value());
+  EXPECT_TRUE(a->held);
+  EXPECT_EQ(a->faults, 3u);
+  EXPECT_EQ(a->bytes, 123456789u);
+  auto tensor_data = answer;
+  tensor_data[0] ^= 1;  // what a server that is not a tandem worker sends back: tensor bytes
+  EXPECT_FALSE(link::parse_kv_share_answer(tensor_data.data(), tensor_data.size()));
+  tensor_data = answer;
+  tensor_data[16] = 2;  // held is 0 or 1
+  EXPECT_FALSE(link::parse_kv_share_answer(tensor_data.data(), tensor_data.size()));
+}
+
 TEST(ReuseMarker, RoundTripsAndRejectsAnythingElse) {
   const ReuseMarker m{ReuseOp::copy, 5, 1234567, 0xfeedface12345678ULL, 0};
   const auto wire = encode_reuse_marker(m);

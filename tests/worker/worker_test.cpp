@@ -89,11 +89,11 @@ TEST(Worker, RejectsEveryoneWithoutTheSecretAndStaysUp) {
   {  // an old protocol version
     link::Fd fd = dial(w);
     std::vector<uint8_t> hello = link::encode_hello(link::Hello{});
-    hello[link::kFrameHeaderSize + 1] = 2;  // version 2
+    hello[link::kFrameHeaderSize + 1] = 3;  // version 3
     send_bytes(fd.get(), hello);
     EXPECT_TRUE(closed_by_peer(fd.get(), 5000));
   }
-  EXPECT_TRUE(w.wait_log("refused: link protocol mismatch: 'box-b' speaks version 3, the peer version 2")) << w.log();
+  EXPECT_TRUE(w.wait_log("refused: link protocol mismatch: 'box-b' speaks version 4, the peer version 3")) << w.log();
   {  // connects and sends nothing: cut at the deadline
     link::Fd fd = dial(w);
     EXPECT_TRUE(closed_by_peer(fd.get(), 10000));
