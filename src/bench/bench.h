@@ -21,6 +21,14 @@ struct BenchOptions {
   std::vector<int> decode_after;                  // further prompt sizes after which decode is measured
   std::vector<int> concurrency = {4};             // streams of the aggregate figures, the first's is aggregate_tps
   int timeout_s = 600;                            // per request
+  // The prompt cache's figures (0: none): this many conversations of `conversation_tokens` each
+  // take turns, `turns` times round-robin, each turn adding `turn_tokens`; on a server with one
+  // slot, every turn after a conversation's first comes back to a slot another one took.
+  int conversations = 0;
+  int conversation_tokens = 8192;
+  int turn_tokens = 200;
+  int turns = 3;
+  bool only_conversations = false;  // skip the other figures
 };
 
 // A figure over the runs: median and spread.
@@ -38,6 +46,13 @@ struct BenchResult {
   const Figure* find(const std::string& name) const;
 };
 
+// The conversations' figures (BenchOptions::conversations), medians over every turn of their kind:
+// cold_ttft_ms (a conversation's first turn), returning_ttft_ms (a turn that comes back after the
+// others took the slot), continuing_ttft_ms (a turn right after the same conversation's last, which
+// restores nothing). Against a tandem server (its /health with the key): link_bytes_per_restore (a
+// returning turn's link bytes less a continuing one's), link_bytes_per_save (what crossed while a
+// state was saved after its turn), state_kv_bytes and state_worker_kv_bytes (a saved state's size,
+// and the workers' part of it).
 // Runs every figure against the server. An error names the request that failed and the server's
 // answer (e.g. 401 with its message, a connection refused).
 Result<BenchResult> run_bench(const BenchOptions& options);

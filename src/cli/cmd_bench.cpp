@@ -33,6 +33,21 @@ void register_bench(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--conversations", o.conversations,
+                  "The prompt cache's figures: N conversations take turns round-robin (cold_ttft_ms, "
+                  "returning_ttft_ms, continuing_ttft_ms; against tandem also link_bytes_per_restore, "
+                  "link_bytes_per_save, state_kv_bytes); give the server one slot")
+      ->check(CLI::Range(0, 64));
+  cmd->add_option("--conversation-tokens", o.conversation_tokens, "--conversations: each one's first prompt size")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1 << 24));
+  cmd->add_option("--turn-tokens", o.turn_tokens, "--conversations: tokens each turn adds")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--turns", o.turns, "--conversations: returning turns per conversation")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_flag("--only-conversations", o.only_conversations, "Measure the --conversations figures only");
   cmd->add_option("--timeout", o.timeout_s, "Seconds per request")->capture_default_str();
   cmd->add_flag("--json", json, "Print JSON (figures with median, min, max, samples)");
   cmd->callback([] {

@@ -134,8 +134,9 @@ void register_engine(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("--prompt-cache", f.prompt_cache,
-                  "--socket: host memory for the prompt cache (e.g. 8GiB; 0: off): a request that takes over a slot "
-                  "saves its state, a later request sharing a longer prefix with it restores it")
+                  "--socket: memory for the prompt cache on each node (e.g. 8GiB; 0: off): a slot's state is saved "
+                  "when it idles or is taken over, and restored for a later request sharing a longer prefix with it; a "
+                  "--tandem-worker keeps its part of each state in its own memory")
       ->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0: one per physical core)")
       ->capture_default_str()

@@ -72,6 +72,15 @@ void add_config_flags(ConfigFlags& f) {
   f.toggle(
       "--no-cuda-graphs", "[model] cuda_graphs", [](Config & c) -> auto& { return c.model.cuda_graphs; }, false,
       "Turn CUDA graphs off in the engine");
+  f.parsed("--prompt-cache", "[model] prompt_cache",
+           "Memory for the prompt cache on each node, e.g. 8GiB; 0 turns it off (default 8GiB)",
+           [](const std::string& t, Config& c) {
+             std::optional<uint64_t> v{0};
+             if (t != "0") TANDEM_RETURN_IF_ERROR(size_into(t, &v));
+             c.model.prompt_cache = *v;
+             return Status::ok();
+           })
+      ->type_name("SIZE");
   f.value(
        "--engine-flag", "[model] engine_flags", [](Config & c) -> auto& { return c.model.engine_flags; },
        "Turn one of the engine's optimisations off, to measure what it saves, e.g. "

@@ -237,6 +237,17 @@ TableReader model_reader(const std::string& src, ModelConfig* m) {
   r.on("threads", int_into(&m->threads, 0, 4096));
   r.on("cuda_graphs", bool_into(&m->cuda_graphs));
   r.on("engine_flags", strings_into(&m->engine_flags));
+  r.on("prompt_cache", [m](const toml::node& n) -> Status {
+    // 0 turns it off, with or without a unit.
+    if (n.is_string() && n.as_string()->get() == "0") {
+      m->prompt_cache = 0;
+      return Status::ok();
+    }
+    std::optional<uint64_t> v;
+    TANDEM_RETURN_IF_ERROR(bytes_into(&v)(n));
+    m->prompt_cache = *v;
+    return Status::ok();
+  });
   return r;
 }
 

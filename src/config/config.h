@@ -64,6 +64,9 @@ struct ModelConfig {
   int threads = 0;                 // the engine's CPU threads; 0 = one per physical core
   bool cuda_graphs = true;
   std::vector<std::string> engine_flags;  // tandem-engine switches serve passes on (datapath/switches.h)
+  // Memory for the prompt cache's states on each node (the head's part on the head, each worker's
+  // on that worker); 0 turns the cache off.
+  uint64_t prompt_cache = uint64_t{8} << 30;
 };
 
 struct ServerConfig {

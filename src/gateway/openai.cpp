@@ -175,8 +175,13 @@ bool wants_logprobs(const json& body) {
   return (lp.is_boolean() && lp.get<bool>()) || lp.is_number_integer();
 }
 
-json usage_json(uint64_t prompt, uint64_t completion) {
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+// `cached`: prompt tokens whose KV was reused (a slot's prefix or the prompt cache), as OpenAI
+// reports the prompt tokens its cache served.
+json usage_json(uint64_t prompt, uint64_t completion, uint64_t cached) {
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 }  // namespace
@@ -199,7 +204,7 @@ json completion_response(const CallInfo& call, Endpoint endpoint, const Accumula
           {"created", call.created},
           {"model", call.model_id},
           {"choices", json::array({choice})},
-          {"usage", usage_json(a.prompt_tokens, a.completion_tokens)}};
+          {"usage", usage_json(a.prompt_tokens, a.completion_tokens, a.cached_tokens)}};
 }
 
 json model_object(const std::string& model_id, int64_t created) {
@@ -262,7 +267,7 @@ std::string OpenAiDialect::stream_event(const CallInfo& call, const GenerationEv
                        {"created", call.created},
                        {"model", call.model_id},
                        {"choices", json::array()},
-                       {"usage", usage_json(e.prompt_tokens, e.completion_tokens)}});
+                       {"usage", usage_json(e.prompt_tokens, e.completion_tokens, e.cached_tokens)}});
     }
     out += "data: [DONE]\n\n";
   }

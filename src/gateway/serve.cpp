@@ -247,6 +247,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.parallel = static_cast<int>(c.model.parallel);
   so.threads = c.model.threads;
   so.cuda_graphs = c.model.cuda_graphs;
+  so.prompt_cache = c.model.prompt_cache;
   so.backtraces = c.cluster.backtraces;
   so.engine_flags = engine_flags_for(p->split, c.model.engine_flags);
   so.canary_interval = std::chrono::seconds(c.server.canary_interval_s);

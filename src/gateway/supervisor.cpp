@@ -20,6 +20,28 @@
 namespace tandem::gateway {
 namespace {
 
+// The prompt cache's families: what each node holds, the bound, and the counts since the engine
+// started (they restart with it, as Prometheus counters may).
+std::string prometheus_prompt_cache(const engine::PromptCacheStats& c, const std::vector<prometheus::Sample>& held) {
+  const auto one = [](uint64_t v) { return std::vector<prometheus::Sample>{{"", static_cast<double>(v)}}; };
+  return prometheus::family("tandem_prompt_cache_bytes", "gauge", "Bytes of prompt-cache states each node holds.",
+                            held) +
+         prometheus::family("tandem_prompt_cache_capacity_bytes", "gauge",
+                            "The prompt cache's bound on each node (0: off).", one(c.max_bytes)) +
+         prometheus::family("tandem_prompt_cache_entries", "gauge", "Prompt-cache states held.", one(c.entries)) +
+         prometheus::family("tandem_prompt_cache_hits_total", "counter",
+                            "Requests that found a cached state sharing a longer prefix than any slot.", one(c.hits)) +
+         prometheus::family("tandem_prompt_cache_misses_total", "counter",
+                            "Requests that found no cached state longer than the slots' prefixes.", one(c.misses)) +
+         prometheus::family("tandem_prompt_cache_evictions_total", "counter",
+                            "States dropped to keep every node within the bound.", one(c.evictions)) +
+         prometheus::family("tandem_prompt_cache_restored_tokens_total", "counter",
+                            "Prompt tokens restored from the cache instead of evaluated.", one(c.restored_tokens)) +
+         prometheus::family("tandem_prompt_cache_failed_restores_total", "counter",
+                            "Cached states that could not be restored (the prompt was evaluated).",
+                            one(c.failed_restores));
+}
+
 using Clock = std::chrono::steady_clock;
 constexpr auto kTick = std::chrono::milliseconds(100);
 constexpr auto kMaxBackoff = std::chrono::seconds(30);
@@ -289,6 +311,7 @@ void Supervisor::spawn_engine() {
   if (options_.workers_first) args.push_back("--workers-first");
   if (options_.threads > 0) args.insert(args.end(), {"-t", std::to_string(options_.threads)});
   if (!options_.cuda_graphs) args.push_back("--no-cuda-graphs");
+  args.insert(args.end(), {"--prompt-cache", std::to_string(options_.prompt_cache)});
   for (const std::string& a : cache_listing_args()) args.insert(args.end(), {"--worker-cache", a});
   if (log::format() == log::Format::json) args.insert(args.end(), {"--log-format", "json"});
   args.insert(args.end(), options_.engine_flags.begin(), options_.engine_flags.end());
@@ -504,16 +527,29 @@ std::string Supervisor::state() {
 HealthReport Supervisor::health() {
   HealthReport h;
   nlohmann::json nodes = nlohmann::json::array();
-  std::vector<prometheus::Sample> link_bytes, node_up;
+  std::vector<prometheus::Sample> link_bytes, node_up, cache_bytes;
+  engine::PromptCacheStats cache;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (engine_pid_ > 0) cache = engine_status_.prompt_cache;
+  }
+  cache_bytes.push_back({"node=\"" + prometheus::label(options_.head_name) + "\"", static_cast<double>(cache.bytes)});
+  nlohmann::json cache_nodes = {{options_.head_name, cache.bytes}};
   for (size_t i = 0; i < forwarders_.size(); ++i) {
     const link::ForwarderStats st = forwarders_[i]->stats();
     const std::string& name = options_.workers[i].name;
+    // The engine names a worker by the forwarder's loopback port it reaches the worker through.
+    const auto held = cache.per_worker.find("127.0.0.1:" + std::to_string(forwarders_[i]->port()));
+    const uint64_t cached = held != cache.per_worker.end() ? held->second : 0;
     nodes.push_back({{"name", name},
                      {"address", options_.workers[i].address.to_string()},
                      {"state", link::link_state_name(st.state)},
                      {"bytes_to_worker", st.bytes_to_worker},
                      {"bytes_from_worker", st.bytes_from_worker},
+                     {"prompt_cache_bytes", cached},
                      {"last_error", st.last_error}});
+    cache_bytes.push_back({"node=\"" + prometheus::label(name) + "\"", static_cast<double>(cached)});
+    cache_nodes[name] = cached;
     const std::string worker = "worker=\"" + prometheus::label(name) + "\"";
     link_bytes.push_back({worker + ",direction=\"to_worker\"", static_cast<double>(st.bytes_to_worker)});
     link_bytes.push_back({worker + ",direction=\"from_worker\"", static_cast<double>(st.bytes_from_worker)});
@@ -543,6 +579,18 @@ HealthReport Supervisor::health() {
                 {"slots_total", engine_status_.slots_total},
                 {"waiting", engine_status_.waiting},
                 {"tokens_per_s", engine_status_.tokens_per_s}}},
+              {"prompt_cache",
+               {{"max_bytes_per_node", cache.max_bytes},
+                {"bytes", cache_nodes},
+                {"entries", cache.entries},
+                {"hits", cache.hits},
+                {"misses", cache.misses},
+                {"evictions", cache.evictions},
+                {"restored_tokens", cache.restored_tokens},
+                {"failed_restores", cache.failed_restores},
+                {"saves", cache.saves},
+                {"saved_bytes", cache.saved_bytes},
+                {"saved_worker_bytes", cache.saved_worker_bytes}}},
               {"load", load},
               {"nodes", nodes},
               {"last_error", last_error_}};
@@ -561,7 +609,8 @@ HealthReport Supervisor::health() {
                          {{"", running ? static_cast<double>(engine_status_.waiting) : 0.0}}) +
       prometheus::family("tandem_engine_tokens_per_second", "gauge",
                          "Tokens generated per second over the last few seconds.",
-                         {{"", running ? engine_status_.tokens_per_s : 0.0}});
+                         {{"", running ? engine_status_.tokens_per_s : 0.0}}) +
+      prometheus_prompt_cache(cache, cache_bytes);
   return h;
 }
 

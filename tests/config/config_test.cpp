@@ -30,6 +30,7 @@ TEST(Config, ReadsEveryKeyOfTheExample) {
   EXPECT_EQ(c->model.context, 32768u);
   EXPECT_EQ(c->model.parallel, 1u);
   EXPECT_EQ(c->model.kv_type, "q8_0");
+  EXPECT_EQ(c->model.prompt_cache, 8ull << 30);
   EXPECT_EQ(c->server.listen, "0.0.0.0:8080");
   EXPECT_EQ(c->server.keys_db, "/var/lib/tandem/keys.db");
   EXPECT_FALSE(c->server.status_page_public);
@@ -46,6 +47,18 @@ TEST(Config, DefaultsWhenKeysAreLeftOut) {
   EXPECT_EQ(c->cluster.head_name, "head");
   EXPECT_FALSE(c->cluster.head_memory.has_value());
   EXPECT_TRUE(c->workers.empty());
+  EXPECT_EQ(c->model.prompt_cache, 8ull << 30) << "the prompt cache is on by default";
+}
+
+TEST(Config, ThePromptCacheTakesASizeAndZeroTurnsItOff) {
+  EXPECT_EQ(parse_config("[model]\nprompt_cache = \"2GiB\"\n")->model.prompt_cache, 2ull << 30);
+  EXPECT_EQ(parse_config("[model]\nprompt_cache = 0\n")->model.prompt_cache, 0u);
+  EXPECT_EQ(parse_config("[model]\nprompt_cache = \"0\"\n")->model.prompt_cache, 0u);
+  EXPECT_EQ(parse_config("[model]\nprompt_cache = \"0GiB\"\n")->model.prompt_cache, 0u);
+  auto bad = parse_config("[model]\nprompt_cache = \"8\"\n");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("config:2: [model] prompt_cache"), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(parse_config("[model]\nprompt_cache = true\n").is_ok());
 }
 
 TEST(Config, SizesMayBePlainByteCounts) {

@@ -32,14 +32,13 @@ LocalCluster::LocalCluster(const ScratchDir& dir, int workers, const std::vector
                                    dir.file("keys.db"),
                                    "--listen",
                                    "127.0.0.1:" + std::to_string(port_),
-                                   "--parallel",
-                                   "2",
                                    "--model-id",
                                    "tiny",
                                    "-t",
                                    "1"};
   // 512 tokens unless the caller sets its own (serve refuses a flag given twice).
   if (std::find(extra.begin(), extra.end(), "--context") == extra.end()) argv.insert(argv.end(), {"--context", "512"});
+  if (std::find(extra.begin(), extra.end(), "--parallel") == extra.end()) argv.insert(argv.end(), {"--parallel", "2"});
   std::string layers = std::to_string(4 - workers * (workers == 1 ? 2 : 1));  // tiny has 4 layers
   for (int i = 0; i < workers; ++i) {
     argv.push_back("--worker");

@@ -14,7 +14,7 @@ namespace tandem::testing {
 class LocalCluster {
  public:
   // Writes the model, secret and key, starts `workers` workers and the gateway (with
-  // `extra_serve_args`; a context of 512 tokens unless they give --context). wait_ready() waits
+  // `extra_serve_args`; a context of 512 tokens and 2 slots unless they give --context or --parallel). wait_ready() waits
   // until /health says ready (false when it did not within `timeout_ms`; see log()).
   explicit LocalCluster(const ScratchDir& dir, int workers = 2, const std::vector<std::string>& extra_serve_args = {});
   bool wait_ready(int timeout_ms = 60000);

@@ -1,0 +1,122 @@
+// The prompt cache in `tandem serve`, on by default: conversations that take turns on one slot
+// through a real split, a returning one served from its cached state (with the tokens of its
+// first turn, and its cached prompt tokens in the usage), the cache's figures on /health and
+// /metrics, each node's share named.
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "cluster.h"
+
+namespace tandem::testing {
+namespace {
+
+using nlohmann::json;
+
+httplib::Headers auth(const LocalCluster& c) { return {{"Authorization", "Bearer " + c.key()}}; }
+
+json completion(const std::string& prompt) {
+  return {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
+}
+
+// The value of the Prometheus sample `name` (with its labels), or -1.
+double sample(const std::string& metrics, const std::string& name) {
+  const size_t at = metrics.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + name.size() + 2));
+}
+
+TEST(PromptCache, AReturningConversationIsServedFromEachNodesShareAndTheFiguresSaySo) {
+  ScratchDir dir;
+  LocalCluster cluster(dir, 1, {"--parallel", "1", "--prompt-cache", "256MiB"});
+  ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
+  httplib::Client c("127.0.0.1", cluster.port());
+  c.set_read_timeout(120, 0);
+  std::string a = "Alice asks:", b = "Bob says:";
+  for (int i = 0; i < 40; ++i) a += " the quick brown fox jumps", b += " a lazy dog sleeps all day";
+
+  const auto post = [&](const std::string& prompt) {
+    auto r = c.Post("/v1/completions", auth(cluster), completion(prompt).dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer") << "\n" << cluster.log();
+    return r && r->status == 200 ? json::parse(r->body) : json::object();
+  };
+  const json first = post(a);
+  ASSERT_TRUE(first.contains("usage"));
+  const int prompt_tokens = first["usage"]["prompt_tokens"];
+  ASSERT_GT(prompt_tokens, 200);
+  EXPECT_LE(first["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 1);
+  // a at once again: its slot's own prefix, the last prompt token evaluated alone. On the CPU a
+  // token alone sums differently from one inside a 240-token batch (docs/engine-protocol.md,
+  // exactness; tests/worker/prompt_cache_test.cpp compares with a fresh prefill in chunks that
+  // make it exact), so this is the text a restored prefix must give.
+  const json reused = post(a);
+  ASSERT_TRUE(reused.contains("usage"));
+  EXPECT_EQ(reused["usage"]["prompt_tokens_details"]["cached_tokens"], prompt_tokens - 1);
+  ASSERT_FALSE(post(b).empty());
+  const json again = post(a);
+  ASSERT_TRUE(again.contains("usage"));
+  EXPECT_EQ(again["choices"][0]["text"], reused["choices"][0]["text"]) << "a restored state gave other text";
+  EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"], prompt_tokens - 1);
+
+  // The engine's figures reach the gateway with its status poll: wait for the hit to show.
+  json health;
+  for (int i = 0; i < 100; ++i) {
+    health = json::parse(c.Get("/health", auth(cluster))->body);
+    if (health["prompt_cache"].value("hits", 0) >= 1 && health["prompt_cache"].value("saves", 0) >= 4) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const json& pc = health["prompt_cache"];
+  EXPECT_EQ(pc["max_bytes_per_node"], 256u << 20);
+  EXPECT_EQ(pc["hits"], 1);
+  EXPECT_EQ(pc["restored_tokens"], prompt_tokens - 1);
+  // b's state and two of a's: its turns' replies differ (see above), so neither state holds the other.
+  EXPECT_EQ(pc["entries"], 3);
+  EXPECT_GT(pc["bytes"]["head"].get<uint64_t>(), 0u) << health.dump();
+  EXPECT_GT(pc["bytes"]["w0"].get<uint64_t>(), 0u) << "the worker keeps its layers' part: " << health.dump();
+  EXPECT_EQ(health["nodes"][0]["prompt_cache_bytes"], pc["bytes"]["w0"]);
+  EXPECT_GT(pc["saved_worker_bytes"].get<uint64_t>(), 0u);
+
+  const std::string m = c.Get("/metrics")->body;
+  EXPECT_EQ(sample(m, "tandem_prompt_cache_hits_total"), 1) << m;
+  EXPECT_EQ(sample(m, "tandem_prompt_cache_capacity_bytes"), 256 << 20);
+  EXPECT_EQ(sample(m, "tandem_prompt_cache_entries"), 3);
+  EXPECT_GE(sample(m, "tandem_prompt_cache_misses_total"), 1);
+  EXPECT_EQ(sample(m, "tandem_prompt_cache_evictions_total"), 0);
+  EXPECT_GT(sample(m, "tandem_prompt_cache_bytes{node=\"w0\"}"), 0);
+  EXPECT_GT(sample(m, "tandem_prompt_cache_bytes{node=\"head\"}"), 0);
+}
+
+// `tandem bench --conversations`: the prompt cache's figures against a one-slot split, each
+// returning turn a restore, what crossed the link for it and for each save far below the states'
+// worker KV.
+TEST(PromptCache, TheBenchMeasuresReturningConversationsAndTheirLinkBytes) {
+  ScratchDir dir;
+  LocalCluster cluster(dir, 1, {"--parallel", "1"});
+  ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
+  auto r = run_tandem("bench --json --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key " +
+                          cluster.key() +
+                          " --conversations 2 --conversation-tokens 300 --turn-tokens 20 --turns 2 --only-conversations",
+                      dir.file(""));
+  ASSERT_EQ(r.exit_code, 0) << r.err << cluster.log();
+  const json f = json::parse(r.out)["figures"];
+  EXPECT_FALSE(f.contains("decode_tps")) << "--only-conversations";
+  EXPECT_EQ(f["cold_ttft_ms"]["samples"].size(), 2u);
+  EXPECT_EQ(f["returning_ttft_ms"]["samples"].size(), 4u);
+  EXPECT_EQ(f["continuing_ttft_ms"]["samples"].size(), 2u);
+  for (const char* name : {"link_bytes_per_restore", "link_bytes_per_save", "state_kv_bytes", "state_worker_kv_bytes"})
+    ASSERT_TRUE(f.contains(name)) << name << ": " << r.out;
+  const double worker_kv = f["state_worker_kv_bytes"]["median"];
+  EXPECT_GT(worker_kv, 100000.0);
+  EXPECT_GT(f["state_kv_bytes"]["median"].get<double>(), worker_kv);
+  EXPECT_LT(f["link_bytes_per_save"]["median"].get<double>(), worker_kv / 20);
+  EXPECT_LT(f["link_bytes_per_restore"]["median"].get<double>(), worker_kv / 20);
+  auto bad = run_tandem("bench --url http://127.0.0.1:1 --only-conversations", dir.file(""));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--only-conversations needs --conversations N"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace tandem::testing
