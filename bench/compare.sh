@@ -16,7 +16,8 @@
 # serve` flags), SKIP_COLD (skip the cold load; the worker's cache is then seeded from empty),
 # SPLIT_THREADS (CPU threads of each side of a split; default half the cores), CONFIGS (which
 # configurations, default all four; `tandem-single`, tandem serve with every layer on this
-# machine, may be added), LOAD_ONLY (start each configuration and print its load time,
+# machine, and `stock-split-cache`, the best stock split with llama-server's prompt cache, may be
+# added), CACHE_RAM_MIB (the prompt caches' bound, llama-server's and tandem's; default 0: off), LOAD_ONLY (start each configuration and print its load time,
 # no measurement and no results folder: for working on the load).
 # tandem-split's worker keeps a weight cache: round 1 first starts it with the cache empty
 # ("tandem-cold": load time and link bytes only), then seeds it (`tandem worker seed`), and every
@@ -69,29 +70,35 @@ threads=${SPLIT_THREADS:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}
 "$tandem" secret new -o "$work/cluster.key" >/dev/null
 key=$("$tandem" keys --db "$work/keys.db" create --name bench 2>/dev/null)
 
-# llama-server's prompt cache (--cache-ram, 8 GiB by default) copies a slot's KV state to host
-# memory whenever a new prompt takes that slot over, inside the request: ~500 MB for a 4096-token
-# prompt of m3-proxy, read over RPC in the stock splits. tandem has no such cache, and no prompt of
-# the benchmark is ever sent twice, so the llama-server configurations run without it.
-llama_common=(-c $((context * parallel)) -np "$parallel" --fit off -fa on --no-warmup --cache-ram 0 --alias bench)
+# Prompt caches: llama-server's (--cache-ram, 8 GiB by default) copies a slot's KV state to host
+# memory whenever a new prompt takes that slot over, inside the request (~500 MB for a 4096-token
+# prompt of m3-proxy, read over RPC in the stock splits); tandem's saves a slot's state as soon as
+# it idles, which delays a request sent right after the last one ended. No prompt of the standard
+# figures is ever sent twice, so both run without their cache (CACHE_RAM_MIB=0) unless a run asks:
+# the prompt cache's own run (`device-compare.sh prompt-cache`) gives them the same bound, and
+# `stock-split-cache` is the best stock split (graphs on) with llama-server's cache at that bound.
+cache_mib=${CACHE_RAM_MIB:-0}
+llama_common=(-c $((context * parallel)) -np "$parallel" --fit off -fa on --no-warmup --alias bench)
+tandem_cache=(--prompt-cache "$([ "$cache_mib" = 0 ] && echo 0 || echo "${cache_mib}MiB")")
 start_config() {  # name; sets url, load_s
   local name=$1 port rport
   port=$(free_port) rport=$(free_port)
   url="http://127.0.0.1:$port"
   case "$name" in
     single)
-      "$llama_bin/llama-server" -m "$model" -ngl "${NGL:-99}" "${llama_common[@]}" --port "$port" \
-        >"$work/$name.log" 2>&1 & pids+=($!) ;;
-    stock-split|stock-split-graphs)
-      local env=()
+      "$llama_bin/llama-server" -m "$model" -ngl "${NGL:-99}" "${llama_common[@]}" --cache-ram "$cache_mib" \
+        --port "$port" >"$work/$name.log" 2>&1 & pids+=($!) ;;
+    stock-split|stock-split-graphs|stock-split-cache)
+      local env=() cache=(--cache-ram "$cache_mib")
       [ "$name" = stock-split ] && env=(GGML_CUDA_DISABLE_GRAPHS=1)
+      [ "$name" = stock-split-cache ] && cache=(--cache-ram "$([ "$cache_mib" = 0 ] && echo 8192 || echo "$cache_mib")")
       env "${env[@]}" "$llama_bin/ggml-rpc-server" -H 127.0.0.1 -p "$rport" -t "$threads" >"$work/$name-rpc.log" 2>&1 & pids+=($!)
       sleep 1
-      env "${env[@]}" "$llama_bin/llama-server" -m "$model" "${stock_split[@]}" "${llama_common[@]}" --port "$port" \
-        -t "$threads" --rpc 127.0.0.1:$rport >"$work/$name.log" 2>&1 & pids+=($!) ;;
+      env "${env[@]}" "$llama_bin/llama-server" -m "$model" "${stock_split[@]}" "${llama_common[@]}" "${cache[@]}" \
+        --port "$port" -t "$threads" --rpc 127.0.0.1:$rport >"$work/$name.log" 2>&1 & pids+=($!) ;;
     tandem-single)  # every layer on this machine: what the split costs inside tandem's own engine
       "$tandem" serve -m "$model" --keys-db "$work/keys.db" --listen 127.0.0.1:$port --context "$context" --parallel "$parallel" \
-        --model-id bench ${TANDEM_SERVE_ARGS:-} >"$work/$name.log" 2>&1 & pids+=($!) ;;
+        --model-id bench "${tandem_cache[@]}" ${TANDEM_SERVE_ARGS:-} >"$work/$name.log" 2>&1 & pids+=($!) ;;
     tandem-split|tandem-cold)
       [ "$name" = tandem-cold ] && rm -rf "$work/worker-cache"
       "$tandem" worker --listen 127.0.0.1:$rport --secret-file "$work/cluster.key" --name worker \
@@ -99,7 +106,7 @@ start_config() {  # name; sets url, load_s
       sleep 1
       "$tandem" serve -m "$model" --worker worker=127.0.0.1:$rport --secret-file "$work/cluster.key" --keys-db "$work/keys.db" \
         --listen 127.0.0.1:$port --context "$context" --parallel "$parallel" --model-id bench --layers $half,$((n_layer - half)) \
-        -t "$threads" ${TANDEM_SERVE_ARGS:-} >"$work/$name.log" 2>&1 & pids+=($!) ;;
+        -t "$threads" "${tandem_cache[@]}" ${TANDEM_SERVE_ARGS:-} >"$work/$name.log" 2>&1 & pids+=($!) ;;
   esac
   load_s=$(wait_ready "$url")
   link_bytes=0

@@ -5,6 +5,7 @@
 # process and split through a tandem worker on the same GPU, the worker's layers first (so that the
 # head reads the worker's results, MiniMax-M3's f32 mask cast among them), by default and with each
 # engine flag given (default: --no-local-casts). Every run of one model must give the same tokens.
+# Then the prompt cache through tandem serve split (bench/prompt-cache-check.sh).
 # Run it as `bench/device-compare.sh check [FLAG]`; logs in $OUT.
 # SPLIT overrides the split's engine flags (e.g. for a dry run on a CPU build).
 set -uo pipefail
@@ -38,3 +39,7 @@ for preset in ${PRESETS:-tiny tiny-qwen3moe tiny-glm4moe}; do
     engine "$preset split $flag" --rpc 127.0.0.1:50071 --tandem-worker 127.0.0.1:50071 "${split[@]}" "$flag"
   done
 done
+for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+pids=()
+echo "== the prompt cache through tandem serve split: a restored state against its slot's own prefix"
+"$root/bench/prompt-cache-check.sh" "$out"

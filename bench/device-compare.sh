@@ -13,6 +13,8 @@
 #   bench/device-compare.sh local              bench/device-local.sh: the head's queued GPU input copies and the input slots, ~4.5 min
 #   bench/device-compare.sh prefill            bench/device-prefill.sh: a long prompt's split, pipelined or not, one context or two, ~3 min
 #   bench/device-compare.sh check [FLAG]       bench/device-check.sh: GPU tests and the tiny model's tokens, one process and split, ~1 min
+#   bench/device-compare.sh prompt-cache [ROUNDS]  three 8k-token conversations taking turns on one slot, tandem-split
+#                                     against llama-server --cache-ram over the stock split (graphs on), ~6 min a round
 # Results and logs go to $OUT (the device tool's output folder: for the diagnostic modes, the
 # printed summary and MODE-logs.tar.gz) as well as bench/results/.
 set -euo pipefail
@@ -27,7 +29,7 @@ export TANDEM_CACHE=/tmp/tandem-cache
 preset=${PRESET:-m3-proxy}
 model=/tmp/$preset.gguf
 export OUT=$out
-case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|load|writes|placement|reuse|contexts|local|prefill|check [FLAG]}" in
+case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|prompt-cache [ROUNDS]|diag [LAYERS]|load|writes|placement|reuse|contexts|local|prefill|check [FLAG]}" in
   build)
     "$root/scripts/device-build.sh" tandem tandem-engine 2>&1 | tail -5
     ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
@@ -41,6 +43,13 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|diag [LAYERS]|l
     # This run's folder only, without the logs: the device tool brings back a limited number of files.
     run_dir="$root/bench/results/$(date +%Y-%m-%d)-${MACHINE:-h200}"
     mkdir -p "$out/results" && cp "$run_dir"/results.{json,md,svg} "$out/results/" ;;
+  prompt-cache)
+    # Per slot: the 8k prompt, 3 returning turns and 3 continuing ones of 200 tokens, and the reply.
+    CACHE_RAM_MIB=8192 PARALLEL=1 CONTEXT=10240 SKIP_COLD=1 CONFIGS="stock-split-cache tandem-split" \
+      BENCH_ARGS="--conversations 3 --conversation-tokens 8192 --turn-tokens 200 --turns 3 --only-conversations" \
+      MACHINE=${MACHINE:-h200}-prompt-cache SPLIT_MODE=gpu "$root/bench/compare.sh" "$root/build-cuda" "$model" "${2:-1}"
+    run_dir="$root/bench/results/$(date +%Y-%m-%d)-${MACHINE:-h200}-prompt-cache"
+    mkdir -p "$out/results" && cp "$run_dir"/results.{json,md} "$out/results/" ;;
   load)
     SKIP_COLD=1 LOAD_ONLY=1 CONFIGS="single tandem-split tandem-split" SPLIT_MODE=gpu \
       "$root/bench/compare.sh" "$root/build-cuda" "$model" 1 2>&1 | tee "$out/load.txt" ;;

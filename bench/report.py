@@ -16,8 +16,14 @@ import sys
 FIGURES = [("decode_tps", "decode_tps"), ("prefill_tps", "prefill_tps_512"), ("ttft_ms", "ttft_ms"),
            ("aggregate_tps", "aggregate_tps")]
 CONFIGS = ["single", "stock-split", "stock-split-graphs", "tandem-split"]
-# Optional: tandem serve with every layer on the head, for the split's cost inside tandem's engine.
-EXTRA_CONFIGS = ["tandem-single"]
+# Optional: tandem serve with every layer on the head, for the split's cost inside tandem's engine;
+# llama-server's own prompt cache (--cache-ram) over the stock split with graphs, for the prompt
+# cache's comparison.
+EXTRA_CONFIGS = ["tandem-single", "stock-split-cache"]
+# `tandem bench --conversations`: the prompt cache's figures, reported in their own object.
+PROMPT_CACHE = ["cold_ttft_ms", "returning_ttft_ms", "continuing_ttft_ms", "returning_link_bytes",
+                "continuing_link_bytes", "link_bytes_per_restore", "link_bytes_per_save", "state_kv_bytes",
+                "state_worker_kv_bytes"]
 
 
 def columns(configs_present):
@@ -28,7 +34,7 @@ def columns(configs_present):
 def write_svg(figures, names, out):
     """One bar group per figure: each configuration relative to single."""
     colors = {"single": "#888", "stock-split": "#d95f02", "stock-split-graphs": "#e6ab02", "tandem-split": "#1b9e77",
-              "tandem-single": "#7570b3"}
+              "tandem-single": "#7570b3", "stock-split-cache": "#a6761d"}
     configs = columns(figures)
     w, h, bar = 200 + 170 * len(names), 320, 28
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
@@ -88,6 +94,47 @@ def spread_table(runs, names):
     return md
 
 
+def prompt_cache_figures(runs):
+    """The conversations' figures: per configuration, the median over rounds of each figure's
+    median; tandem-split's at the top level (cold_ttft_ms, returning_ttft_ms,
+    link_bytes_per_restore, state_kv_bytes, ...) with the ratios the prompt cache is judged by."""
+    by_config = {}
+    for r in runs:
+        figs = r.get("bench", {}).get("figures", {})
+        for name in PROMPT_CACHE:
+            if name in figs:
+                by_config.setdefault(r["config"], {}).setdefault(name, []).append(figs[name]["median"])
+    if not by_config:
+        return None
+    by_config = {c: {n: statistics.median(v) for n, v in f.items()} for c, f in by_config.items()}
+    out = dict(by_config.get("tandem-split", {}))
+    if out.get("cold_ttft_ms") and "returning_ttft_ms" in out:
+        out["returning_vs_cold"] = out["returning_ttft_ms"] / out["cold_ttft_ms"]
+    if out.get("state_kv_bytes"):
+        for k in ("link_bytes_per_restore", "link_bytes_per_save"):
+            if k in out:
+                out[k + "_vs_state"] = out[k] / out["state_kv_bytes"]
+    out["by_config"] = by_config
+    return out
+
+
+def prompt_cache_table(pc):
+    """Markdown lines: the conversations' figures side by side."""
+    configs = list(pc["by_config"])
+    md = ["", "Prompt cache: conversations taking turns on one slot (medians).", "",
+          "| figure | " + " | ".join(configs) + " |", "|---|" + "---|" * len(configs)]
+    for n in PROMPT_CACHE:
+        cells = [pc["by_config"][c].get(n) for c in configs]
+        if any(v is not None for v in cells):
+            md.append(f"| {n} | " + " | ".join("-" if v is None else f"{v:.1f}" for v in cells) + " |")
+    if "returning_vs_cold" in pc:
+        md += ["", f"tandem-split: a returning turn's TTFT is {100 * pc['returning_vs_cold']:.1f}% of a cold one's"
+               + (f"; a restore moves {100 * pc['link_bytes_per_restore_vs_state']:.3f}% of the state's KV bytes over the link"
+                  if "link_bytes_per_restore_vs_state" in pc else "")
+               + (f", a save {100 * pc['link_bytes_per_save_vs_state']:.3f}%" if "link_bytes_per_save_vs_state" in pc else "")]
+    return md
+
+
 def main():
     if sys.argv[1:2] == ["--svg"]:
         results = json.load(open(sys.argv[2]))
@@ -109,6 +156,7 @@ def main():
         figures[config] = fig
         load_s[config] = statistics.median(r["load_s"] for r in mine)
 
+    prompt_cache = prompt_cache_figures(runs)
     cold = [r for r in runs if r["config"] == "tandem-cold"]
     seeded = [r for r in runs if r["config"] == "tandem-split"]
     med = lambda rs, k: statistics.median(r[k] for r in rs) if rs and all(k in r for r in rs) else None
@@ -142,6 +190,7 @@ def main():
                    "cold": med(cold, "load_s"), "seeded": med(seeded, "load_s"),
                    **({"tandem_single": load_s["tandem-single"]} if "tandem-single" in load_s else {})},
         "link_bytes": {"load_cold": med(cold, "link_bytes"), "load_seeded": med(seeded, "link_bytes")},
+        **({"prompt_cache": prompt_cache} if prompt_cache else {}),
         "runs": runs,
     }
     os.makedirs(out, exist_ok=True)
@@ -169,6 +218,8 @@ def main():
                f"{(lb['load_seeded'] or 0) / 1e9:.3f} GB ({100 * (lb['load_seeded'] or 0) / lb['load_cold']:.2f}% of cold)"]
     elif lb["load_seeded"] is not None:
         md += ["", f"link bytes during a seeded load: {lb['load_seeded'] / 1e9:.3f} GB (no cold load this run)"]
+    if prompt_cache:
+        md += prompt_cache_table(prompt_cache)
     md += [""]
     open(os.path.join(out, "results.md"), "w").write("\n".join(md))
 

@@ -49,8 +49,9 @@ struct BenchResult {
 // The conversations' figures (BenchOptions::conversations), medians over every turn of their kind:
 // cold_ttft_ms (a conversation's first turn), returning_ttft_ms (a turn that comes back after the
 // others took the slot), continuing_ttft_ms (a turn right after the same conversation's last, which
-// restores nothing). Against a tandem server (its /health with the key): link_bytes_per_restore (a
-// returning turn's link bytes less a continuing one's), link_bytes_per_save (what crossed while a
+// restores nothing). Against a tandem server (its /health with the key): returning_link_bytes and
+// continuing_link_bytes (what crossed the link during such turns), link_bytes_per_restore (a
+// returning turn's link bytes less the continuing ones' median, at least 0), link_bytes_per_save (what crossed while a
 // state was saved after its turn), state_kv_bytes and state_worker_kv_bytes (a saved state's size,
 // and the workers' part of it).
 // Runs every figure against the server. An error names the request that failed and the server's

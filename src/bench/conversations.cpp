@@ -94,6 +94,10 @@ Status conversation_figures(Client& client, const BenchOptions& o, std::mt19937&
   out->figures.push_back(summarize("returning_ttft_ms", "ms", returning));
   out->figures.push_back(summarize("continuing_ttft_ms", "ms", continuing));
   if (!restore_bytes.empty() && !continue_bytes.empty()) {
+    out->figures.push_back(summarize("returning_link_bytes", "B", restore_bytes));
+    out->figures.push_back(summarize("continuing_link_bytes", "B", continue_bytes));
+    // What the restore adds to a turn's own traffic; 0 when that is within the turns' difference
+    // (a returning turn's context is shorter than the continuing ones', which come last).
     const double baseline = summarize("", "", continue_bytes).median;
     std::vector<double> restore;
     for (double b : restore_bytes) restore.push_back(std::max(0.0, b - baseline));

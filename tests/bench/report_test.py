@@ -123,5 +123,41 @@ class Report(unittest.TestCase):
         self.assertNotIn("tandem-single", self.md)
 
 
+class PromptCacheReport(unittest.TestCase):
+    """Runs of `tandem bench --conversations --only-conversations`: the prompt_cache object."""
+
+    def conv(self, config, rnd, cold, returning, restore=None, state=None):
+        figs = {"cold_ttft_ms": figure(cold, "ms"), "returning_ttft_ms": figure(returning, "ms"),
+                "continuing_ttft_ms": figure([90.0, 95.0, 100.0], "ms")}
+        if restore is not None:
+            figs.update({"link_bytes_per_restore": figure(restore, "B"), "link_bytes_per_save": figure([900.0] * 3, "B"),
+                         "state_kv_bytes": figure(state, "B"), "state_worker_kv_bytes": figure([s / 2 for s in state], "B")})
+        return {"config": config, "round": rnd, "load_s": 5.0, "link_bytes": 0, "bench": {"model": "bench", "figures": figs}}
+
+    def test_the_prompt_cache_object_has_the_figures_the_issue_names(self):
+        runs = [self.conv("stock-split-cache", 1, [3000.0] * 3, [1500.0] * 3),
+                self.conv("tandem-split", 1, [3400.0, 3500.0, 3600.0], [150.0, 160.0, 170.0], [1000.0] * 3, [2e9] * 3),
+                self.conv("tandem-split", 2, [3300.0, 3400.0, 3500.0], [140.0, 150.0, 160.0], [1200.0] * 3, [2e9] * 3)]
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "runs.jsonl"), "w") as f:
+                f.write("\n".join(json.dumps(r) for r in runs) + "\n")
+            with open(os.path.join(d, "model.json"), "w") as f:
+                json.dump({"active_bytes_per_token": 13_918_301_952, "files": ["/models/m3-proxy.gguf"]}, f)
+            subprocess.run([sys.executable, REPORT, os.path.join(d, "runs.jsonl"), os.path.join(d, "model.json"),
+                            os.path.join(d, "out"), "abc", "h200"], check=True, stdout=subprocess.DEVNULL)
+            r = json.load(open(os.path.join(d, "out", "results.json")))
+            md = open(os.path.join(d, "out", "results.md")).read()
+        pc = r["prompt_cache"]
+        for k in ("cold_ttft_ms", "returning_ttft_ms", "link_bytes_per_restore", "state_kv_bytes"):
+            self.assertIn(k, pc)
+        self.assertEqual(pc["cold_ttft_ms"], 3450.0)  # the median of the rounds' medians
+        self.assertEqual(pc["returning_ttft_ms"], 155.0)
+        self.assertAlmostEqual(pc["returning_vs_cold"], 155.0 / 3450.0)
+        self.assertAlmostEqual(pc["link_bytes_per_restore_vs_state"], 1100.0 / 2e9)
+        self.assertEqual(pc["by_config"]["stock-split-cache"]["returning_ttft_ms"], 1500.0)
+        self.assertNotIn("link_bytes_per_restore", pc["by_config"]["stock-split-cache"])
+        self.assertIn("| returning_ttft_ms | 1500.0 | 155.0 |", md)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
