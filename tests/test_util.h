@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -21,7 +22,9 @@ class ScratchDir {
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
-  ~ScratchDir() { std::filesystem::remove_all(path_); }
+  ~ScratchDir() {
+    if (!std::getenv("TANDEM_KEEP_SCRATCH")) std::filesystem::remove_all(path_);
+  }
   std::string file(const std::string& name) const { return (path_ / name).string(); }
 
  private:

@@ -30,6 +30,7 @@ struct EngineFlags {
   std::vector<std::string> worker_caches, tandem_workers;
   std::string rpc_in_process;
   std::string prompt_cache = "0";
+  std::string prompt_cache_dir_size = "64GiB";
   bool json = false, no_cuda_graphs = false, output_last = false, workers_first = false;
   std::vector<std::string> switches_off;  // flags of datapath::kDataPathSwitches given
   int verbose = 0;
@@ -138,6 +139,12 @@ void register_engine(CLI::App& app) {
                   "when it idles or is taken over, and restored for a later request sharing a longer prefix with it; a "
                   "--tandem-worker keeps its part of each state in its own memory")
       ->capture_default_str();
+  cmd->add_option("--prompt-cache-dir", f.serve.scheduler.prompt_cache_dir,
+                  "--socket: a folder for the prompt cache's states that memory no longer holds (emptied at start; "
+                  "a --tandem-worker spills its part into its own cache folder)");
+  cmd->add_option("--prompt-cache-dir-size", f.prompt_cache_dir_size,
+                  "--socket: bound of that folder on each node (e.g. 64GiB)")
+      ->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0: one per physical core)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -193,6 +200,9 @@ void register_engine(CLI::App& app) {
     auto cache = parse_bytes(f.prompt_cache);
     if (!cache.is_ok()) fail("--prompt-cache: " + cache.status().message(), 2);
     f.serve.scheduler.prompt_cache_bytes = cache.value();
+    auto dir_size = parse_bytes(f.prompt_cache_dir_size);
+    if (!dir_size.is_ok()) fail("--prompt-cache-dir-size: " + dir_size.status().message(), 2);
+    f.serve.scheduler.prompt_cache_dir_bytes = dir_size.value();
     if (socket->count() > 0) return run_server(f);
     run_one_shot(f);
     if (!f.rpc_in_process.empty()) {

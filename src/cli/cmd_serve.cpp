@@ -82,6 +82,18 @@ void add_config_flags(ConfigFlags& f) {
            })
       ->type_name("SIZE");
   f.value(
+      "--prompt-cache-dir", "[model] prompt_cache_dir", [](Config & c) -> auto& { return c.model.prompt_cache_dir; },
+      "A folder for prompt-cache states memory no longer holds (workers use their --cache-dir); none by default");
+  f.parsed("--prompt-cache-dir-size", "[model] prompt_cache_dir_size",
+           "Bound of that folder on each node, e.g. 64GiB (the default)",
+           [](const std::string& t, Config& c) {
+             std::optional<uint64_t> v;
+             TANDEM_RETURN_IF_ERROR(size_into(t, &v));
+             c.model.prompt_cache_dir_size = *v;
+             return Status::ok();
+           })
+      ->type_name("SIZE");
+  f.value(
        "--engine-flag", "[model] engine_flags", [](Config & c) -> auto& { return c.model.engine_flags; },
        "Turn one of the engine's optimisations off, to measure what it saves, e.g. "
        "--engine-flag=--no-worker-input-slots "

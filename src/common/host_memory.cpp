@@ -10,7 +10,8 @@ uint64_t available_host_memory() {
   char line[256];
   unsigned long long kib = 0;
   bool found = false;
-  while (!found && std::fgets(line, sizeof line, f) != nullptr) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+  while (!found && std::fgets(line, sizeof line, f) != nullptr)
+    found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
   std::fclose(f);
   return found ? static_cast<uint64_t>(kib) * 1024 : UINT64_MAX;
 }

@@ -248,6 +248,13 @@ TableReader model_reader(const std::string& src, ModelConfig* m) {
     m->prompt_cache = *v;
     return Status::ok();
   });
+  r.on("prompt_cache_dir", string_into(&m->prompt_cache_dir));
+  r.on("prompt_cache_dir_size", [m](const toml::node& n) -> Status {
+    std::optional<uint64_t> v;
+    TANDEM_RETURN_IF_ERROR(bytes_into(&v)(n));
+    m->prompt_cache_dir_size = *v;
+    return Status::ok();
+  });
   return r;
 }
 
@@ -370,6 +377,7 @@ Result<Config> load_config(const std::string& path) {
   resolve(&c->cluster.secret_file);
   resolve(&c->model.path);
   resolve(&c->server.keys_db);
+  resolve(&c->model.prompt_cache_dir);
   for (WorkerConfig& w : c->workers) resolve(&w.cache_dir);
   return c;
 }

@@ -67,6 +67,10 @@ struct ModelConfig {
   // Memory for the prompt cache's states on each node (the head's part on the head, each worker's
   // on that worker); 0 turns the cache off.
   uint64_t prompt_cache = uint64_t{8} << 30;
+  // A folder for the states memory no longer holds ("" = none), bounded on each node; the workers
+  // spill their parts into their cache_dir's prompt-cache folder.
+  std::string prompt_cache_dir;
+  uint64_t prompt_cache_dir_size = uint64_t{64} << 30;
 };
 
 struct ServerConfig {
@@ -100,7 +104,7 @@ struct Config {
 // Reads and validates `path`. Errors: the file is missing or unreadable, TOML syntax (with line
 // and column), a wrong type or value (with line and key), an unknown key or table, two workers with
 // one name or one address. Relative paths in the file (secret_file, model path, keys_db,
-// cache_dir) are resolved against the file's folder, so a unit or another working directory
+// cache_dir, prompt_cache_dir) are resolved against the file's folder, so a unit or another working directory
 // finds the same files.
 Result<Config> load_config(const std::string& path);
 

@@ -196,8 +196,8 @@ Status ShareRestore::finish() {
   for (size_t i = 0; i < shares_.size(); ++i) {
     const WorkerShare& w = shares_[i];
     if (restored_[i] != w.bytes) {
-      return Status::internal("worker " + w.endpoint + ": a restore asked for " + format_bytes(restored_[i]) + " of its " +
-                              format_bytes(w.bytes) + " share");
+      return Status::internal("worker " + w.endpoint + ": a restore asked for " + format_bytes(restored_[i]) +
+                              " of its " + format_bytes(w.bytes) + " share");
     }
     auto a = query(key_, w);
     if (!a.is_ok()) return a.status();
@@ -209,16 +209,26 @@ Status ShareRestore::finish() {
   return Status::ok();
 }
 
-void drop_shares(uint64_t key, const std::vector<WorkerShare>& shares) {
+namespace {
+
+void send_to_each(KvShareOp op, uint64_t key, const std::vector<WorkerShare>& shares) {
   for (const WorkerShare& w : shares) {
     if (worker_of(w.anchor).empty()) continue;  // shares of a session that ended
     KvShareMarker m;
-    m.op = KvShareOp::drop;
+    m.op = op;
     m.key = key;
     send(w.anchor, m);
   }
+}
+
+}  // namespace
+
+void drop_shares(uint64_t key, const std::vector<WorkerShare>& shares) {
+  send_to_each(KvShareOp::drop, key, shares);
   if (!shares.empty()) g_drops.fetch_add(1, std::memory_order_relaxed);
 }
+
+void spill_shares(uint64_t key, const std::vector<WorkerShare>& shares) { send_to_each(KvShareOp::spill, key, shares); }
 
 KvShareStats kv_share_stats() {
   return {g_saves.load(), g_restores.load(), g_drops.load(), g_markers.load(), g_kept.load(), g_restored.load()};

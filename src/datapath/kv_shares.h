@@ -96,6 +96,9 @@ class ShareRestore {
 
 // Frees the workers' shares of `key`.
 void drop_shares(uint64_t key, const std::vector<WorkerShare>& shares);
+// Moves the workers' shares of `key` to their disks (a worker without a spill folder drops its
+// share; the restore's check then finds it gone).
+void spill_shares(uint64_t key, const std::vector<WorkerShare>& shares);
 
 // Since the process started (tests and the benchmark).
 struct KvShareStats {

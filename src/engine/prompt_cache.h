@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "datapath/kv_shares.h"
 #include "engine/protocol.h"
 
@@ -47,26 +48,38 @@ struct SavedState {
   uint64_t worker_bytes() const;  // what the workers hold, together
 };
 
+struct PromptCacheOptions {
+  uint64_t max_bytes = 0;  // memory on each node; 0: the cache is off
+  // A folder for states that memory no longer holds ("" = none: they are dropped), bounded on
+  // each node by `disk_max_bytes`. The head writes its part there, each worker its own into its
+  // spill folder (datapath/kv_share_store.h). One head per folder: it is emptied at start.
+  std::string disk_dir;
+  uint64_t disk_max_bytes = 0;
+  std::function<void(SavedState&)> on_drop;   // a state leaves the cache (not through take()): free the workers' shares
+  std::function<void(SavedState&)> on_spill;  // a state goes to disk: the workers spill their shares
+};
+
 class PromptCache {
  public:
-  // `on_drop` gets each state that leaves the cache other than through take(): evicted, replaced,
-  // or not kept (the workers' shares go with it).
-  explicit PromptCache(uint64_t max_bytes, std::function<void(SavedState&)> on_drop = {})
-      : max_bytes_(max_bytes), on_drop_(std::move(on_drop)) {}
+  // Errors: the disk folder cannot be created.
+  static Result<std::unique_ptr<PromptCache>> create(PromptCacheOptions options);
+  explicit PromptCache(uint64_t max_bytes, std::function<void(SavedState&)> on_drop = {});
   ~PromptCache();
   PromptCache(const PromptCache&) = delete;
   PromptCache& operator=(const PromptCache&) = delete;
 
-  bool enabled() const { return max_bytes_ > 0; }
+  bool enabled() const { return o_.max_bytes > 0; }
 
-  // Keeps `state`, the state of a sequence holding `tokens`. A state whose tokens are a prefix of
-  // these, or equal, is replaced (this one knows more); one larger than the bound on some node is
-  // not kept. Least recently used states are evicted until every node's bound holds.
+  // Keeps `state`, the state of a sequence holding `tokens`, in memory. A state whose tokens are
+  // a prefix of these, or equal, is replaced (this one knows more); one larger than the memory
+  // bound on some node is not kept. Least recently used states leave memory until every node's
+  // bound holds: to disk where there is one, else dropped.
   void put(std::vector<int32_t> tokens, SavedState state);
 
   // The state sharing the longest prefix with `prompt`, if that prefix is longer than `at_least`
-  // tokens: removed from the cache and returned (its slot saves it again when it is taken over).
-  // Counts a hit or a miss.
+  // tokens: removed from the cache and returned in memory, read back from disk if it was there
+  // (its slot saves it again when it is taken over). Counts a hit or a miss; a state on disk that
+  // cannot be read is dropped and counts as a failed restore.
   struct Taken {
     std::vector<int32_t> tokens;
     SavedState state;
@@ -74,10 +87,11 @@ class PromptCache {
   };
   bool take(const std::vector<int32_t>& prompt, size_t at_least, Taken* out);
 
-  // Drops every state (their workers' shares with them); the counts since start stay.
+  // Drops every state (their workers' shares and files with them); the counts since start stay.
   void clear();
 
-  // Evicts the least recently used state; false when there is none.
+  // Moves the least recently used state in memory out of it (to disk, or dropped); false when
+  // memory holds none.
   bool evict_one();
 
   // After a restore: `n` prompt tokens were not evaluated; or the restore failed.
@@ -90,15 +104,21 @@ class PromptCache {
   struct Entry {
     std::vector<int32_t> tokens;
     SavedState state;
+    bool on_disk = false;  // the head's part in its file, the workers' in theirs
   };
-  void account(const SavedState& s, bool add);
-  bool over(const SavedState& extra) const;
-  void drop(SavedState& s);
+  using Iter = std::list<Entry>::iterator;
+  explicit PromptCache(PromptCacheOptions options);
+  // What one tier holds on each node: the head's part in the stats' bytes, the workers' per endpoint.
+  void account(const SavedState& s, bool on_disk, bool add);
+  bool over(const SavedState& extra, bool on_disk) const;
+  bool fits_alone(const SavedState& s, uint64_t bound) const;
+  void release(Iter it);  // out of the cache, dropped
+  bool spill(Entry& e);
+  std::string path(const SavedState& s) const;
 
-  const uint64_t max_bytes_;
-  std::function<void(SavedState&)> on_drop_;
+  const PromptCacheOptions o_;
   std::list<Entry> entries_;  // most recently used first
-  PromptCacheStats stats_;    // per_worker: a worker's endpoint -> its shares' bytes
+  PromptCacheStats stats_;
 };
 
 }  // namespace tandem::engine

@@ -58,7 +58,12 @@ json prompt_cache_json(const PromptCacheStats& c) {
           {"saves", c.saves},
           {"saved_bytes", c.saved_bytes},
           {"saved_worker_bytes", c.saved_worker_bytes},
-          {"per_worker", c.per_worker}};
+          {"per_worker", c.per_worker},
+          {"disk_bytes", c.disk_bytes},
+          {"max_disk_bytes", c.max_disk_bytes},
+          {"worker_disk_bytes", c.worker_disk_bytes},
+          {"spills", c.spills},
+          {"per_worker_disk", c.per_worker_disk}};
 }
 
 PromptCacheStats prompt_cache_from(const json& j) {
@@ -76,10 +81,15 @@ PromptCacheStats prompt_cache_from(const json& j) {
   c.saves = int_field(j, "saves", uint64_t{0});
   c.saved_bytes = int_field(j, "saved_bytes", uint64_t{0});
   c.saved_worker_bytes = int_field(j, "saved_worker_bytes", uint64_t{0});
-  const json per = j.value("per_worker", json::object());
-  if (per.is_object()) {
+  c.disk_bytes = int_field(j, "disk_bytes", uint64_t{0});
+  c.max_disk_bytes = int_field(j, "max_disk_bytes", uint64_t{0});
+  c.worker_disk_bytes = int_field(j, "worker_disk_bytes", uint64_t{0});
+  c.spills = int_field(j, "spills", uint64_t{0});
+  for (auto [name, out] : {std::pair{"per_worker", &c.per_worker}, std::pair{"per_worker_disk", &c.per_worker_disk}}) {
+    const json per = j.value(name, json::object());
+    if (!per.is_object()) continue;
     for (const auto& [endpoint, bytes] : per.items()) {
-      if (bytes.is_number_unsigned()) c.per_worker[endpoint] = bytes.get<uint64_t>();
+      if (bytes.is_number_unsigned()) (*out)[endpoint] = bytes.get<uint64_t>();
     }
   }
   return c;

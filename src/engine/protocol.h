@@ -88,6 +88,10 @@ struct PromptCacheStats {
   uint64_t saved_bytes = 0;                    // their whole size, the head's and the workers' parts
   uint64_t saved_worker_bytes = 0;             // of which the workers kept
   std::map<std::string, uint64_t> per_worker;  // a worker's RPC endpoint -> its parts held now
+  // The disk tier ([model] prompt_cache_dir): what the head and the workers hold there now, the
+  // bound on each node, and the states moved there since start.
+  uint64_t disk_bytes = 0, max_disk_bytes = 0, worker_disk_bytes = 0, spills = 0;
+  std::map<std::string, uint64_t> per_worker_disk;
 };
 
 struct EngineStatus {

@@ -86,6 +86,14 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
                                     std::to_string(o.parallel) + ")");
   auto chat = ChatTemplates::load(model);
   if (!chat.is_ok()) return chat.status();
+  PromptCacheOptions pco;
+  pco.max_bytes = o.prompt_cache_bytes;
+  pco.disk_dir = o.prompt_cache_dir;
+  pco.disk_max_bytes = o.prompt_cache_dir_bytes;
+  pco.on_drop = [](SavedState& s) { datapath::drop_shares(s.key, s.shares); };
+  pco.on_spill = [](SavedState& s) { datapath::spill_shares(s.key, s.shares); };
+  auto cache = PromptCache::create(std::move(pco));
+  if (!cache.is_ok()) return cache.status();
   const int threads = o.threads > 0 ? o.threads : physical_cores();
   llama_context_params cp = llama_context_default_params();
   cp.n_ctx = static_cast<uint32_t>(o.context) * static_cast<uint32_t>(o.parallel);
@@ -115,16 +123,14 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
       return st;
     }
   }
-  return std::unique_ptr<Scheduler>(new Scheduler(model, ctx, actual, std::move(chat.value())));
+  return std::unique_ptr<Scheduler>(
+      new Scheduler(model, ctx, actual, std::move(chat.value()), std::move(cache.value())));
 }
 
-Scheduler::Scheduler(llama_model* model, llama_context* ctx, const SchedulerOptions& options, ChatTemplates chat)
-    : model_(model),
-      ctx_(ctx),
-      options_(options),
-      chat_(std::move(chat)),
-      prompt_cache_(options.prompt_cache_bytes, [](SavedState& s) { datapath::drop_shares(s.key, s.shares); }) {
-  prompt_cache_stats_ = prompt_cache_.stats();
+Scheduler::Scheduler(llama_model* model, llama_context* ctx, const SchedulerOptions& options, ChatTemplates chat,
+                     std::unique_ptr<PromptCache> prompt_cache)
+    : model_(model), ctx_(ctx), options_(options), chat_(std::move(chat)), prompt_cache_(std::move(prompt_cache)) {
+  prompt_cache_stats_ = prompt_cache_->stats();
   for (int i = 0; i < options_.parallel; ++i) slots_.push_back(std::make_unique<Slot>(i, options_.context));
   batch_.reset(new llama_batch(llama_batch_init(options_.batch, 0, 1)));
   thread_ = std::thread([this] { run(); });
@@ -138,7 +144,7 @@ Scheduler::~Scheduler() {
   wake_.notify_all();
   thread_.join();
   slots_.clear();
-  prompt_cache_.clear();  // its workers' shares are addressed through KV tensors that llama_free frees
+  prompt_cache_->clear();  // its workers' shares are addressed through KV tensors that llama_free frees
   batch_.reset();
   llama_free(ctx_);
 }
@@ -248,7 +254,7 @@ void Scheduler::run() {
     assign_waiting();
     step();
     // Saved while nothing waits, a state costs the next request nothing when it takes the slot.
-    if (prompt_cache_.enabled()) save_idle_slots();
+    if (prompt_cache_->enabled()) save_idle_slots();
   }
   const Status down = Status::unavailable("the engine is shutting down");
   for (auto& s : slots_) s->fail(down);
@@ -302,26 +308,26 @@ void Scheduler::assign_waiting() {
       const size_t p = s->common_prefix(job->prompt);
       if (best == nullptr || p > best_prefix) best = s.get(), best_prefix = p;
     }
-    if (prompt_cache_.enabled()) use_prompt_cache(*best, best_prefix, job->prompt);
+    if (prompt_cache_->enabled()) use_prompt_cache(*best, best_prefix, job->prompt);
     best->start(std::move(job), ctx_);
     std::lock_guard<std::mutex> lock(mutex_);
     ++busy_;
-    prompt_cache_stats_ = prompt_cache_.stats();
+    prompt_cache_stats_ = prompt_cache_->stats();
   }
 }
 
 void Scheduler::use_prompt_cache(Slot& slot, size_t held_prefix, const std::vector<int32_t>& prompt) {
   if (prompt.empty()) return;
   PromptCache::Taken cached;
-  const bool found = prompt_cache_.take(prompt, held_prefix, &cached);
+  const bool found = prompt_cache_->take(prompt, held_prefix, &cached);
   if (!slot.saved() && slot.held().size() > (found ? 0 : held_prefix)) save_slot(slot);
   if (!found) return;
   const size_t prefix = std::min(cached.prefix, prompt.size() - 1);  // the last prompt token runs again
   std::string why;
   if (slot.restore_state(ctx_, std::move(cached.tokens), cached.state, &why)) {
-    prompt_cache_.count_restored(prefix);
+    prompt_cache_->count_restored(prefix);
   } else {
-    prompt_cache_.count_failed_restore();
+    prompt_cache_->count_failed_restore();
     log::warn("engine", "prompt cache: a cached state of " + std::to_string(cached.prefix) +
                             " matching tokens could not be restored (" + why + "); the prompt is evaluated");
   }
@@ -342,7 +348,7 @@ void Scheduler::save_slot(Slot& slot) {
   }
   // The states are host memory that grows after the load: older ones go before this machine runs
   // short, and this one too when that is not enough.
-  while (available_host_memory() < kHostMemoryReserve && prompt_cache_.evict_one()) {}
+  while (available_host_memory() < kHostMemoryReserve && prompt_cache_->evict_one()) {}
   if (available_host_memory() < kHostMemoryReserve) {
     log::warn("engine", "prompt cache: a state of " + format_bytes(state.head_bytes()) +
                             " was not kept: this machine has less than " + format_bytes(kHostMemoryReserve) +
@@ -350,7 +356,7 @@ void Scheduler::save_slot(Slot& slot) {
     datapath::drop_shares(state.key, state.shares);
     return;
   }
-  prompt_cache_.put(slot.held(), std::move(state));
+  prompt_cache_->put(slot.held(), std::move(state));
 }
 
 void Scheduler::save_idle_slots() {
@@ -365,7 +371,7 @@ void Scheduler::save_idle_slots() {
   }
   if (!saved) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  prompt_cache_stats_ = prompt_cache_.stats();
+  prompt_cache_stats_ = prompt_cache_->stats();
 }
 
 void Scheduler::step() {

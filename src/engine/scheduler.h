@@ -48,6 +48,10 @@ struct SchedulerOptions {
   // its own memory (datapath/kv_shares.h, while a datapath::KvShares lives); through a stock RPC
   // server a save or restore carries that part over the link.
   uint64_t prompt_cache_bytes = 0;
+  // A folder for the states memory no longer holds, bounded on each node ("" = none: they are
+  // dropped); each tandem worker spills its part into its own spill folder.
+  std::string prompt_cache_dir;
+  uint64_t prompt_cache_dir_bytes = 0;
   // Before the first request: one prompt step and one decode step of a throwaway sequence, then
   // the KV cache cleared, so that the first request does not pay the devices' start-up (CUDA
   // loading its kernels, a worker's first graph).
@@ -93,7 +97,8 @@ class Scheduler {
   int context_per_request() const { return options_.context; }
 
  private:
-  Scheduler(llama_model* model, llama_context* ctx, const SchedulerOptions& options, ChatTemplates chat);
+  Scheduler(llama_model* model, llama_context* ctx, const SchedulerOptions& options, ChatTemplates chat,
+            std::unique_ptr<PromptCache> prompt_cache);
   void run();
   bool wait_for_work();
   void take_cancellations();
@@ -117,7 +122,7 @@ class Scheduler {
 
   // Owned by the decode thread.
   std::vector<std::unique_ptr<Slot>> slots_;
-  PromptCache prompt_cache_;  // its stats copied into prompt_cache_stats_ under mutex_
+  std::unique_ptr<PromptCache> prompt_cache_;  // its stats copied into prompt_cache_stats_ under mutex_
   uint64_t next_state_key_ = 1;
   struct BatchDeleter {
     void operator()(struct llama_batch* b) const;

@@ -248,6 +248,8 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.threads = c.model.threads;
   so.cuda_graphs = c.model.cuda_graphs;
   so.prompt_cache = c.model.prompt_cache;
+  so.prompt_cache_dir = c.model.prompt_cache_dir;
+  so.prompt_cache_dir_size = c.model.prompt_cache_dir_size;
   so.backtraces = c.cluster.backtraces;
   so.engine_flags = engine_flags_for(p->split, c.model.engine_flags);
   so.canary_interval = std::chrono::seconds(c.server.canary_interval_s);

@@ -24,11 +24,16 @@ namespace {
 // started (they restart with it, as Prometheus counters may).
 std::string prometheus_prompt_cache(const engine::PromptCacheStats& c, const std::vector<prometheus::Sample>& held) {
   const auto one = [](uint64_t v) { return std::vector<prometheus::Sample>{{"", static_cast<double>(v)}}; };
-  return prometheus::family("tandem_prompt_cache_bytes", "gauge", "Bytes of prompt-cache states each node holds.",
-                            held) +
+  return prometheus::family("tandem_prompt_cache_bytes", "gauge",
+                            "Bytes of prompt-cache states each node holds, in memory and on disk.", held) +
          prometheus::family("tandem_prompt_cache_capacity_bytes", "gauge",
                             "The prompt cache's bound on each node (0: off).", one(c.max_bytes)) +
+         prometheus::family("tandem_prompt_cache_disk_capacity_bytes", "gauge",
+                            "The prompt cache's disk bound on each node (0: no disk tier).", one(c.max_disk_bytes)) +
          prometheus::family("tandem_prompt_cache_entries", "gauge", "Prompt-cache states held.", one(c.entries)) +
+         prometheus::family("tandem_prompt_cache_spills_total", "counter",
+                            "States moved from memory to disk to keep every node within the memory bound.",
+                            one(c.spills)) +
          prometheus::family("tandem_prompt_cache_hits_total", "counter",
                             "Requests that found a cached state sharing a longer prefix than any slot.", one(c.hits)) +
          prometheus::family("tandem_prompt_cache_misses_total", "counter",
@@ -312,6 +317,10 @@ void Supervisor::spawn_engine() {
   if (options_.threads > 0) args.insert(args.end(), {"-t", std::to_string(options_.threads)});
   if (!options_.cuda_graphs) args.push_back("--no-cuda-graphs");
   args.insert(args.end(), {"--prompt-cache", std::to_string(options_.prompt_cache)});
+  if (!options_.prompt_cache_dir.empty()) {
+    args.insert(args.end(), {"--prompt-cache-dir", options_.prompt_cache_dir, "--prompt-cache-dir-size",
+                             std::to_string(options_.prompt_cache_dir_size)});
+  }
   for (const std::string& a : cache_listing_args()) args.insert(args.end(), {"--worker-cache", a});
   if (log::format() == log::Format::json) args.insert(args.end(), {"--log-format", "json"});
   args.insert(args.end(), options_.engine_flags.begin(), options_.engine_flags.end());
@@ -533,23 +542,35 @@ HealthReport Supervisor::health() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (engine_pid_ > 0) cache = engine_status_.prompt_cache;
   }
-  cache_bytes.push_back({"node=\"" + prometheus::label(options_.head_name) + "\"", static_cast<double>(cache.bytes)});
-  nlohmann::json cache_nodes = {{options_.head_name, cache.bytes}};
+  nlohmann::json cache_nodes = nlohmann::json::object(), disk_nodes = nlohmann::json::object();
+  // One node's bytes of both tiers, in /health and as samples.
+  const auto held_on = [&](const std::string& node, uint64_t memory, uint64_t disk) {
+    cache_nodes[node] = memory;
+    disk_nodes[node] = disk;
+    const std::string label = "node=\"" + prometheus::label(node) + "\",tier=";
+    cache_bytes.push_back({label + "\"memory\"", static_cast<double>(memory)});
+    cache_bytes.push_back({label + "\"disk\"", static_cast<double>(disk)});
+  };
+  held_on(options_.head_name, cache.bytes, cache.disk_bytes);
+  const auto find = [](const std::map<std::string, uint64_t>& m, const std::string& k) {
+    const auto it = m.find(k);
+    return it != m.end() ? it->second : uint64_t{0};
+  };
   for (size_t i = 0; i < forwarders_.size(); ++i) {
     const link::ForwarderStats st = forwarders_[i]->stats();
     const std::string& name = options_.workers[i].name;
     // The engine names a worker by the forwarder's loopback port it reaches the worker through.
-    const auto held = cache.per_worker.find("127.0.0.1:" + std::to_string(forwarders_[i]->port()));
-    const uint64_t cached = held != cache.per_worker.end() ? held->second : 0;
+    const std::string endpoint = "127.0.0.1:" + std::to_string(forwarders_[i]->port());
+    const uint64_t cached = find(cache.per_worker, endpoint), spilled = find(cache.per_worker_disk, endpoint);
     nodes.push_back({{"name", name},
                      {"address", options_.workers[i].address.to_string()},
                      {"state", link::link_state_name(st.state)},
                      {"bytes_to_worker", st.bytes_to_worker},
                      {"bytes_from_worker", st.bytes_from_worker},
                      {"prompt_cache_bytes", cached},
+                     {"prompt_cache_disk_bytes", spilled},
                      {"last_error", st.last_error}});
-    cache_bytes.push_back({"node=\"" + prometheus::label(name) + "\"", static_cast<double>(cached)});
-    cache_nodes[name] = cached;
+    held_on(name, cached, spilled);
     const std::string worker = "worker=\"" + prometheus::label(name) + "\"";
     link_bytes.push_back({worker + ",direction=\"to_worker\"", static_cast<double>(st.bytes_to_worker)});
     link_bytes.push_back({worker + ",direction=\"from_worker\"", static_cast<double>(st.bytes_from_worker)});
@@ -582,6 +603,9 @@ HealthReport Supervisor::health() {
               {"prompt_cache",
                {{"max_bytes_per_node", cache.max_bytes},
                 {"bytes", cache_nodes},
+                {"max_disk_bytes_per_node", cache.max_disk_bytes},
+                {"disk_bytes", disk_nodes},
+                {"spills", cache.spills},
                 {"entries", cache.entries},
                 {"hits", cache.hits},
                 {"misses", cache.misses},

@@ -82,7 +82,7 @@ std::optional<KvShareMarker> parse_kv_share_marker(const void* data, size_t n) {
   if (n != kKvShareMarkerSize || std::memcmp(p, kKvShareMagic, sizeof kKvShareMagic) != 0 || get_le(p + 20, 4) != 0)
     return std::nullopt;
   const uint64_t op = get_le(p + 16, 4);
-  if (op < static_cast<uint32_t>(KvShareOp::save) || op > static_cast<uint32_t>(KvShareOp::query)) return std::nullopt;
+  if (op < static_cast<uint32_t>(KvShareOp::save) || op > static_cast<uint32_t>(KvShareOp::spill)) return std::nullopt;
   KvShareMarker m;
   m.op = static_cast<KvShareOp>(op);
   m.key = get_le(p + 24, 8);

@@ -188,9 +188,10 @@ std::optional<ReuseMarker> parse_reuse_marker(const void* data, size_t n);
 // bytes as u64. `save` copies `bytes` at `offset` of the SET_TENSOR's tensor to position `stream`
 // of that tensor's stream in share `key`; `restore` copies them back (anywhere in the tensor);
 // `drop` frees the share; `query` makes the next 32-byte GET_TENSOR on the connection answer
-// with a KvShareAnswer instead of tensor data. A new session drops every share of the last one.
+// with a KvShareAnswer instead of tensor data; `spill` moves the share to the worker's disk (a
+// restore reads it back). A new session drops every share of the last one.
 constexpr size_t kKvShareMarkerSize = 64;
-enum class KvShareOp : uint32_t { save = 1, restore = 2, drop = 3, query = 4 };
+enum class KvShareOp : uint32_t { save = 1, restore = 2, drop = 3, query = 4, spill = 5 };
 struct KvShareMarker {
   KvShareOp op = KvShareOp::save;
   uint64_t key = 0;

@@ -110,7 +110,9 @@ void keep_large_blocks_in_heap() {
       char line[200];
       if (shares.shares > 0) {
         log::info("rpc-server", "prompt cache: dropped the ended session's " + std::to_string(shares.shares) +
-                                    " shares (" + format_bytes(shares.bytes) + ")");
+                                    " shares (" + format_bytes(shares.bytes) + " in memory" +
+                                    (shares.disk_bytes > 0 ? ", " + format_bytes(shares.disk_bytes) + " on disk" : "") +
+                                    ")");
       }
       if (const datapath::StepWork w = datapath::take_step_work(); w.graphs > 0) {
         // Against the head's wait for this worker (its one-shot profile), this says what the
@@ -158,7 +160,9 @@ Status run_rpc_server(const RpcServerOptions& o) {
     TANDEM_RETURN_IF_ERROR(install_cache_loader(lo));
   }
   TANDEM_RETURN_IF_ERROR(datapath::install_input_writes(o.async_input_writes));
-  TANDEM_RETURN_IF_ERROR(datapath::install_kv_share_store());
+  // The prompt cache's states the head spills to disk go beside the weight cache (never counted
+  // in it: its files are named by hash).
+  TANDEM_RETURN_IF_ERROR(datapath::install_kv_share_store(o.cache_dir.empty() ? "" : o.cache_dir + "/prompt-cache"));
   if (log::format() == log::Format::json) relay_output_as_records();
   const size_t threads = o.threads > 0 ? static_cast<size_t>(o.threads) : static_cast<size_t>(physical_cores());
   ggml_backend_rpc_start_server(o.endpoint.c_str(), cache, threads, devs->size(), devs->data());

@@ -59,6 +59,11 @@ TEST(Config, ThePromptCacheTakesASizeAndZeroTurnsItOff) {
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("config:2: [model] prompt_cache"), std::string::npos) << bad.status().message();
   EXPECT_FALSE(parse_config("[model]\nprompt_cache = true\n").is_ok());
+  auto disk = parse_config("[model]\nprompt_cache_dir = \"/var/cache/p\"\nprompt_cache_dir_size = \"100GiB\"\n");
+  ASSERT_TRUE(disk.is_ok()) << disk.status().to_string();
+  EXPECT_EQ(disk->model.prompt_cache_dir, "/var/cache/p");
+  EXPECT_EQ(disk->model.prompt_cache_dir_size, 100ull << 30);
+  EXPECT_EQ(parse_config("")->model.prompt_cache_dir_size, 64ull << 30);
 }
 
 TEST(Config, SizesMayBePlainByteCounts) {

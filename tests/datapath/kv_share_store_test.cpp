@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "ggml-alloc.h"
@@ -99,9 +102,9 @@ TEST_F(KvShareStore, SavedRegionsComeBackWhereTheHeadAsksAndMarkersNeverLand) {
 
 TEST_F(KvShareStore, WhatTheHeadGetsWrongIsCountedAndNeitherCrashesNorWrites) {
   send(KvShareOp::save, 2, 0, 0, 256);
-  send(KvShareOp::save, 2, 999, 0, 256);                 // out of order in the share's stream
-  send(KvShareOp::save, 2, 256, kBytes - 10, 256);       // beyond the tensor
-  send(KvShareOp::save, 2, 256, UINT64_MAX - 10, 256);   // an offset that overflows
+  send(KvShareOp::save, 2, 999, 0, 256);                // out of order in the share's stream
+  send(KvShareOp::save, 2, 256, kBytes - 10, 256);      // beyond the tensor
+  send(KvShareOp::save, 2, 256, UINT64_MAX - 10, 256);  // an offset that overflows
   EXPECT_EQ(query(2).faults, 3u);
   zero();
   send(KvShareOp::restore, 2, 128, 0, 256);              // beyond what the share holds
@@ -133,6 +136,41 @@ TEST_F(KvShareStore, OrdinaryWritesAndReadsOfThoseSizesAreLeftAlone) {
   std::vector<uint8_t> back(link::kKvShareAnswerSize);
   ggml_backend_tensor_get(kv_, back.data(), 64, back.size());  // no query pending: the tensor's bytes
   EXPECT_EQ(back, std::vector<uint8_t>(link::kKvShareAnswerSize, 0xab));
+}
+
+// A spilled share leaves memory for the spill folder, still counts as held, and comes back on its
+// first restore; a worker without a folder drops it, and the head's query then says so.
+TEST_F(KvShareStore, ASpilledShareLeavesMemoryAndComesBackOnItsRestore) {
+  const std::string dir = std::string(TANDEM_TEST_TMP) + "/KvShareStore.spill." + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(install_kv_share_store(dir).is_ok());
+  send(KvShareOp::save, 6, 0, 0, 1024);
+  send(KvShareOp::save, 6, 1024, 2048, 1024);
+  send(KvShareOp::spill, 6);
+  EXPECT_EQ(kv_share_store_stats().bytes, 0u);
+  EXPECT_EQ(kv_share_store_stats().disk_bytes, 2048u);
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.path().extension() == ".kv";
+  EXPECT_EQ(files, 1u);
+  const link::KvShareAnswer a = query(6);
+  EXPECT_TRUE(a.held);
+  EXPECT_EQ(a.bytes, 2048u);
+  zero();
+  send(KvShareOp::restore, 6, 1024, 0, 1024);
+  EXPECT_EQ(std::memcmp(contents().data(), original_.data() + 2048, 1024), 0);
+  EXPECT_EQ(kv_share_store_stats().disk_bytes, 0u) << "read back into memory";
+  EXPECT_EQ(kv_share_store_stats().bytes, 2048u);
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  send(KvShareOp::spill, 6);
+  send(KvShareOp::drop, 6);
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "a dropped share's file stays";
+  EXPECT_EQ(kv_share_store_stats().disk_bytes, 0u);
+
+  ASSERT_TRUE(install_kv_share_store("").is_ok());
+  send(KvShareOp::save, 7, 0, 0, 512);
+  send(KvShareOp::spill, 7);
+  EXPECT_FALSE(query(7).held) << "spilled with nowhere to go, yet still held";
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

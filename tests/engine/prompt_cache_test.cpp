@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include "test_util.h"
+
 namespace tandem::engine {
 namespace {
 
@@ -136,6 +141,119 @@ TEST(PromptCache, WhatIsStillHeldIsDroppedWhenTheCacheGoes) {
     c.put(seq(100, 10), state(50, 2));
   }
   EXPECT_EQ(dropped.size(), 2u);
+}
+
+// A state with a real buffer: `head` bytes of a pattern on the head around one hole of `worker`
+// bytes that the worker "b:1" keeps.
+SavedState buffered(uint64_t head, uint64_t worker, uint64_t key) {
+  SavedState s;
+  s.key = key;
+  s.size = head + worker;
+  s.buffer = std::make_unique<StateBuffer>(s.size);
+  s.holes.push_back({head / 2, worker});
+  s.shares.push_back({"b:1", worker, nullptr});
+  for (uint64_t i = 0; i < head / 2; ++i) s.buffer->data()[i] = static_cast<uint8_t>(key + i);
+  for (uint64_t i = head / 2 + worker; i < s.size; ++i) s.buffer->data()[i] = static_cast<uint8_t>(key * 3 + i);
+  return s;
+}
+
+bool same_head_part(const SavedState& s, uint64_t head, uint64_t worker, uint64_t key) {
+  for (uint64_t i = 0; i < head / 2; ++i)
+    if (s.buffer->data()[i] != static_cast<uint8_t>(key + i)) return false;
+  for (uint64_t i = head / 2 + worker; i < s.size; ++i)
+    if (s.buffer->data()[i] != static_cast<uint8_t>(key * 3 + i)) return false;
+  return true;
+}
+
+size_t files_in(const std::string& dir) {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.path().extension() == ".state";
+  return n;
+}
+
+// With a disk tier, what memory cannot hold goes to disk instead of away (the workers told to
+// spill their parts), is bounded there on every node too, and comes back whole when taken.
+TEST(PromptCache, StatesMemoryCannotHoldGoToDiskAndComeBackWhole) {
+  tandem::testing::ScratchDir dir;
+  const std::string disk = dir.file("prompts");
+  std::filesystem::create_directories(disk);
+  std::ofstream(disk + "/999-1.state") << "an earlier engine's state";
+  std::vector<uint64_t> dropped, spilled;
+  PromptCacheOptions o;
+  o.max_bytes = 5000;  // one state of 3000 head bytes in memory
+  o.disk_dir = disk;
+  o.disk_max_bytes = 5000;  // and one on disk (each state: 4000 on the worker)
+  o.on_drop = [&](SavedState& s) { dropped.push_back(s.key); };
+  o.on_spill = [&](SavedState& s) { spilled.push_back(s.key); };
+  auto made = PromptCache::create(o);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  PromptCache& c = *made.value();
+  EXPECT_EQ(files_in(disk), 0u) << "an earlier engine's files stay";
+
+  c.put(seq(0, 10), buffered(3000, 4000, 1));
+  c.put(seq(100, 10), buffered(3000, 4000, 2));  // 1 goes to disk
+  EXPECT_EQ(spilled, std::vector<uint64_t>({1}));
+  EXPECT_TRUE(dropped.empty());
+  PromptCacheStats st = c.stats();
+  EXPECT_EQ(st.bytes, 3000u);
+  EXPECT_EQ(st.disk_bytes, 3000u);
+  EXPECT_EQ(st.per_worker.at("b:1"), 4000u);
+  EXPECT_EQ(st.per_worker_disk.at("b:1"), 4000u);
+  EXPECT_EQ(st.spills, 1u);
+  EXPECT_EQ(st.evictions, 0u);
+  EXPECT_EQ(files_in(disk), 1u);
+
+  c.put(seq(200, 10), buffered(3000, 4000, 3));  // 2 to disk, where 1 makes room for it
+  EXPECT_EQ(spilled, std::vector<uint64_t>({1, 2}));
+  EXPECT_EQ(dropped, std::vector<uint64_t>({1}));
+  EXPECT_EQ(c.stats().evictions, 1u);
+  EXPECT_EQ(c.stats().entries, 2u);
+  EXPECT_EQ(files_in(disk), 1u) << "the dropped state's file went with it";
+
+  PromptCache::Taken t;
+  ASSERT_TRUE(c.take(seq(100, 10), 0, &t));  // from disk
+  EXPECT_EQ(t.state.key, 2u);
+  ASSERT_NE(t.state.buffer, nullptr);
+  EXPECT_TRUE(same_head_part(t.state, 3000, 4000, 2)) << "the head's part came back changed";
+  EXPECT_EQ(files_in(disk), 0u);
+  EXPECT_EQ(c.stats().disk_bytes, 0u);
+  EXPECT_EQ(c.stats().per_worker_disk.count("b:1"), 0u);
+  ASSERT_TRUE(c.take(seq(200, 10), 0, &t));  // from memory
+  EXPECT_TRUE(same_head_part(t.state, 3000, 4000, 3));
+
+  // A file that is gone: the state is dropped and the restore counted as failed.
+  c.put(seq(300, 10), buffered(3000, 4000, 4));
+  c.put(seq(400, 10), buffered(3000, 4000, 5));
+  ASSERT_EQ(files_in(disk), 1u);
+  for (const auto& e : std::filesystem::directory_iterator(disk)) std::filesystem::remove(e.path());
+  EXPECT_FALSE(c.take(seq(300, 10), 0, &t));
+  EXPECT_EQ(dropped.back(), 4u);
+  EXPECT_EQ(c.stats().failed_restores, 1u);
+}
+
+TEST(PromptCache, WithoutADiskTierStatesLeavingMemoryAreDropped) {
+  std::vector<uint64_t> dropped;
+  PromptCacheOptions o;
+  o.max_bytes = 5000;
+  o.on_drop = [&](SavedState& s) { dropped.push_back(s.key); };
+  o.on_spill = [&](SavedState&) { ADD_FAILURE() << "spilled without a disk tier"; };
+  auto c = PromptCache::create(o);
+  ASSERT_TRUE(c.is_ok());
+  c.value()->put(seq(0, 10), buffered(3000, 100, 1));
+  c.value()->put(seq(100, 10), buffered(3000, 100, 2));
+  EXPECT_EQ(dropped, std::vector<uint64_t>({1}));
+  EXPECT_EQ(c.value()->stats().max_disk_bytes, 0u);
+}
+
+TEST(PromptCache, AFolderThatCannotBeMadeIsAnError) {
+  tandem::testing::ScratchDir dir;
+  std::ofstream(dir.file("file")) << "x";
+  PromptCacheOptions o;
+  o.max_bytes = 5000;
+  o.disk_dir = dir.file("file") + "/prompts";
+  auto c = PromptCache::create(o);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("prompt-cache folder " + o.disk_dir), std::string::npos) << c.status().message();
 }
 
 }  // namespace

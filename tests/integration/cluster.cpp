@@ -11,7 +11,9 @@
 
 namespace tandem::testing {
 
-LocalCluster::LocalCluster(const ScratchDir& dir, int workers, const std::vector<std::string>& extra) : dir_(dir) {
+LocalCluster::LocalCluster(const ScratchDir& dir, int workers, const std::vector<std::string>& extra,
+                           const std::vector<std::string>& worker_args)
+    : dir_(dir), worker_args_(worker_args) {
   ClusterFiles files = make_cluster_files(dir, "test");
   secret_ = files.secret;
   model_ = files.model;
@@ -51,10 +53,15 @@ LocalCluster::LocalCluster(const ScratchDir& dir, int workers, const std::vector
 }
 
 void LocalCluster::start_worker(int i) {
-  workers_[i] = std::make_unique<ChildProcess>(
-      std::vector<std::string>{TANDEM_BINARY, "worker", "--listen", "127.0.0.1:" + std::to_string(worker_ports_[i]),
-                               "--secret-file", secret_, "--name", "w" + std::to_string(i), "--threads", "1"},
-      dir_.file("worker" + std::to_string(i) + ".log"));
+  std::vector<std::string> argv = {
+      TANDEM_BINARY,   "worker", "--listen", "127.0.0.1:" + std::to_string(worker_ports_[i]),
+      "--secret-file", secret_,  "--name",   "w" + std::to_string(i),
+      "--threads",     "1"};
+  for (std::string a : worker_args_) {
+    if (const size_t at = a.find("{i}"); at != std::string::npos) a.replace(at, 3, std::to_string(i));
+    argv.push_back(a);
+  }
+  workers_[i] = std::make_unique<ChildProcess>(argv, dir_.file("worker" + std::to_string(i) + ".log"));
   wait_for_port(worker_ports_[i], 10000);
 }
 

@@ -16,7 +16,9 @@ class LocalCluster {
   // Writes the model, secret and key, starts `workers` workers and the gateway (with
   // `extra_serve_args`; a context of 512 tokens and 2 slots unless they give --context or --parallel). wait_ready() waits
   // until /health says ready (false when it did not within `timeout_ms`; see log()).
-  explicit LocalCluster(const ScratchDir& dir, int workers = 2, const std::vector<std::string>& extra_serve_args = {});
+  // `extra_worker_args` go to every worker (a worker's {i} in them becomes its index).
+  explicit LocalCluster(const ScratchDir& dir, int workers = 2, const std::vector<std::string>& extra_serve_args = {},
+                        const std::vector<std::string>& extra_worker_args = {});
   bool wait_ready(int timeout_ms = 60000);
   // /health's "state", or "" when it does not answer.
   std::string state();
@@ -35,6 +37,7 @@ class LocalCluster {
  private:
   void start_worker(int i);
   const ScratchDir& dir_;
+  std::vector<std::string> worker_args_;
   std::string secret_, model_, key_;
   int port_ = 0;
   std::vector<int> worker_ports_;

@@ -4,6 +4,7 @@
 // /metrics, each node's share named.
 #include <httplib.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
@@ -85,8 +86,10 @@ TEST(PromptCache, AReturningConversationIsServedFromEachNodesShareAndTheFiguresS
   EXPECT_EQ(sample(m, "tandem_prompt_cache_entries"), 3);
   EXPECT_GE(sample(m, "tandem_prompt_cache_misses_total"), 1);
   EXPECT_EQ(sample(m, "tandem_prompt_cache_evictions_total"), 0);
-  EXPECT_GT(sample(m, "tandem_prompt_cache_bytes{node=\"w0\"}"), 0);
-  EXPECT_GT(sample(m, "tandem_prompt_cache_bytes{node=\"head\"}"), 0);
+  EXPECT_GT(sample(m, "tandem_prompt_cache_bytes{node=\"w0\",tier=\"memory\"}"), 0);
+  EXPECT_GT(sample(m, "tandem_prompt_cache_bytes{node=\"head\",tier=\"memory\"}"), 0);
+  EXPECT_EQ(sample(m, "tandem_prompt_cache_bytes{node=\"w0\",tier=\"disk\"}"), 0);
+  EXPECT_EQ(sample(m, "tandem_prompt_cache_disk_capacity_bytes"), 0) << "no disk tier without a folder";
 }
 
 // `tandem bench --conversations`: the prompt cache's figures against a one-slot split, each
@@ -96,10 +99,10 @@ TEST(PromptCache, TheBenchMeasuresReturningConversationsAndTheirLinkBytes) {
   ScratchDir dir;
   LocalCluster cluster(dir, 1, {"--parallel", "1"});
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
-  auto r = run_tandem("bench --json --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key " +
-                          cluster.key() +
-                          " --conversations 2 --conversation-tokens 300 --turn-tokens 20 --turns 2 --only-conversations",
-                      dir.file(""));
+  auto r =
+      run_tandem("bench --json --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key " + cluster.key() +
+                     " --conversations 2 --conversation-tokens 300 --turn-tokens 20 --turns 2 --only-conversations",
+                 dir.file(""));
   ASSERT_EQ(r.exit_code, 0) << r.err << cluster.log();
   const json f = json::parse(r.out)["figures"];
   EXPECT_FALSE(f.contains("decode_tps")) << "--only-conversations";
@@ -116,6 +119,57 @@ TEST(PromptCache, TheBenchMeasuresReturningConversationsAndTheirLinkBytes) {
   auto bad = run_tandem("bench --url http://127.0.0.1:1 --only-conversations", dir.file(""));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("--only-conversations needs --conversations N"), std::string::npos) << bad.err;
+}
+
+// With a folder, states that memory on some node cannot hold go to disk, the head's part into
+// the head's folder and the worker's into its own cache folder, and a conversation returns from
+// there with its slot's own text.
+TEST(PromptCache, StatesSpillToEachNodesDiskAndReturnFromThere) {
+  ScratchDir dir;
+  // Two states of these prompts per node in memory (~450 KiB on each node), the rest on disk.
+  LocalCluster cluster(dir, 1,
+                       {"--parallel", "1", "--prompt-cache", "1MiB", "--prompt-cache-dir", dir.file("head-prompts")},
+                       {"--cache-dir", dir.file("worker{i}-cache")});
+  ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
+  httplib::Client c("127.0.0.1", cluster.port());
+  c.set_read_timeout(120, 0);
+  const auto post = [&](const std::string& prompt) {
+    auto r = c.Post("/v1/completions", auth(cluster), completion(prompt).dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer") << "\n" << cluster.log();
+    return r && r->status == 200 ? json::parse(r->body) : json::object();
+  };
+  std::string a = "Alice asks:", b = "Bob says:", d = "Dora thinks:";
+  for (int i = 0; i < 40; ++i) {
+    a += " the quick brown fox jumps", b += " a lazy dog sleeps all day", d += " seven green apples fell";
+  }
+  ASSERT_FALSE(post(a).empty());
+  const json reused = post(a);  // see the first test: the text a restore must give
+  ASSERT_FALSE(post(b).empty());
+  ASSERT_FALSE(post(d).empty());  // a's two states (its replies differ) are on disk by now
+  json health;
+  for (int i = 0; i < 100; ++i) {
+    health = json::parse(c.Get("/health", auth(cluster))->body);
+    if (health["prompt_cache"].value("spills", 0) >= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GE(health["prompt_cache"]["spills"].get<int>(), 2) << health.dump();
+  EXPECT_GT(health["prompt_cache"]["disk_bytes"]["w0"].get<uint64_t>(), 0u) << health.dump();
+  EXPECT_GT(health["prompt_cache"]["disk_bytes"]["head"].get<uint64_t>(), 0u);
+  EXPECT_FALSE(std::filesystem::is_empty(dir.file("head-prompts")));
+  EXPECT_FALSE(std::filesystem::is_empty(dir.file("worker0-cache") + "/prompt-cache"));
+
+  const json again = post(a);
+  ASSERT_TRUE(again.contains("usage"));
+  EXPECT_EQ(again["choices"][0]["text"], reused["choices"][0]["text"]) << "a state back from disk gave other text";
+  EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"],
+            reused["usage"]["prompt_tokens_details"]["cached_tokens"]);
+  for (int i = 0; i < 100; ++i) {
+    health = json::parse(c.Get("/health", auth(cluster))->body);
+    if (health["prompt_cache"].value("hits", 0) >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(health["prompt_cache"]["hits"], 1) << "both of a's states were on disk: " << health.dump();
+  EXPECT_EQ(health["prompt_cache"]["failed_restores"], 0);
 }
 
 }  // namespace
