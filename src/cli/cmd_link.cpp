@@ -7,6 +7,9 @@
 #include "common/units.h"
 #include "link/control.h"
 #include "link/forwarder.h"
+#include "link/probe.h"
+
+#include <nlohmann/json.hpp>
 
 namespace tandem::cli {
 
@@ -54,6 +57,33 @@ void run_forward(const std::string& to, const std::string& listen, const std::st
                            format_bytes(st.bytes_from_worker) + " from it");
 }
 
+void run_exchanges(const link::Endpoint& to, const link::Secret& secret, const std::vector<uint64_t>& sizes,
+                   uint64_t rounds, bool json) {
+  nlohmann::json out = nlohmann::json::array();
+  if (!json)
+    std::printf("%-9s %10s %10s %10s %10s  (microseconds per round, %llu rounds)\n", "kind", "bytes", "median", "p10",
+                "p90", static_cast<unsigned long long>(rounds));
+  for (uint64_t bytes : sizes) {
+    for (const auto op : {link::ProbeOp::exchange, link::ProbeOp::reduce}) {
+      const char* kind = op == link::ProbeOp::exchange ? "exchange" : "reduce";
+      auto m = link::measure_exchange(to, secret, op, bytes, rounds, link::Millis(10000));
+      if (!m.is_ok()) fail(m.status().message());
+      out.push_back({{"kind", kind},
+                     {"bytes", bytes},
+                     {"rounds", m->rounds},
+                     {"median_us", m->median_us},
+                     {"p10_us", m->p10_us},
+                     {"p90_us", m->p90_us},
+                     {"min_us", m->min_us},
+                     {"max_us", m->max_us}});
+      if (!json)
+        std::printf("%-9s %10llu %10.1f %10.1f %10.1f\n", kind, static_cast<unsigned long long>(bytes), m->median_us,
+                    m->p10_us, m->p90_us);
+    }
+  }
+  if (json) std::printf("%s\n", out.dump(2).c_str());
+}
+
 void register_link(CLI::App& app) {
   auto* cmd = app.add_subcommand("link", "The authenticated cluster link, head side");
   cmd->require_subcommand(1);
@@ -70,6 +100,26 @@ void register_link(CLI::App& app) {
       ->check(CLI::Range(100, 600000));
   add_log_format_option(fwd);
   fwd->callback([] { run_forward(to, listen, secret_file, deadline_ms); });
+
+  auto* ex = cmd->add_subcommand(
+      "exchange",
+      "Measure what swapping a layer's partial sums with a worker costs: both ends send a message at once "
+      "(exchange), or the worker answers once it has the head's (reduce: the sum made on one box)");
+  static std::string eto, esecret;
+  static std::vector<uint64_t> ebytes = {24576};
+  static uint64_t erounds = 2000;
+  static bool ejson = false;
+  ex->add_option("--to", eto, "The worker's address, HOST:PORT")->required();
+  ex->add_option("--secret-file", esecret, "The cluster secret")->required();
+  ex->add_option("--bytes", ebytes, "Message sizes, e.g. 24576 (MiniMax-M3's hidden state in f32)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, link::kMaxExchangeBytes));
+  ex->add_option("--rounds", erounds, "Rounds per size and kind")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{10}, link::kMaxProbeRounds));
+  ex->add_flag("--json", ejson, "Print JSON");
+  ex->callback([] { run_exchanges(endpoint_or_fail(eto, "--to"), secret_or_fail(esecret), ebytes, erounds, ejson); });
 
   auto* status = cmd->add_subcommand("status", "Ask a worker for its status over the control channel (JSON)");
   static std::string sto, ssecret;

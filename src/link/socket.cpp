@@ -206,6 +206,33 @@ Io read_exact(int fd, void* buf, size_t n, Deadline deadline, size_t* got) {
   return result;
 }
 
+Io exchange_all(int fd, const void* out, void* in, size_t n, Deadline deadline) {
+  const auto* o = static_cast<const uint8_t*>(out);
+  auto* p = static_cast<uint8_t*>(in);
+  size_t sent = 0, got = 0;
+  while (sent < n || got < n) {
+    bool moved = false;
+    if (sent < n) {
+      const ssize_t w = ::send(fd, o + sent, n - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (w > 0) sent += static_cast<size_t>(w), moved = true;
+      if (w < 0 && errno != EAGAIN && errno != EINTR)
+        return errno == EPIPE || errno == ECONNRESET ? Io::closed : Io::failed;
+    }
+    if (got < n) {
+      const ssize_t r = ::recv(fd, p + got, n - got, MSG_DONTWAIT);
+      if (r > 0) got += static_cast<size_t>(r), moved = true;
+      if (r == 0) return Io::closed;
+      if (r < 0 && errno != EAGAIN && errno != EINTR) return errno == ECONNRESET ? Io::closed : Io::failed;
+    }
+    if (moved) continue;
+    pollfd pfd{fd, static_cast<short>((sent < n ? POLLOUT : 0) | (got < n ? POLLIN : 0)), 0};
+    const int r = ::poll(&pfd, 1, remaining_ms(deadline));
+    if (r == 0) return Io::timed_out;
+    if (r < 0 && errno != EINTR) return Io::failed;
+  }
+  return Io::ok;
+}
+
 Io write_all(int fd, const void* buf, size_t n, Deadline deadline) {
   const auto* p = static_cast<const uint8_t*>(buf);
   size_t done = 0;

@@ -82,6 +82,11 @@ Io read_exact(int fd, void* buf, size_t n, Deadline deadline, size_t* got = null
 // Writes all `n` bytes unless the deadline passes or an error occurs.
 Io write_all(int fd, const void* buf, size_t n, Deadline deadline);
 
+// Sends `n` bytes of `out` and receives `n` bytes into `in` at the same time, as two peers that
+// swap equal messages do (neither waits for the other's to end before sending its own, so no
+// socket buffer size can deadlock them).
+Io exchange_all(int fd, const void* out, void* in, size_t n, Deadline deadline);
+
 // Waits until `fd` is readable or the deadline passes; true when readable (or hung up).
 bool wait_readable(int fd, Deadline deadline);
 

@@ -59,5 +59,37 @@ TEST(Probe, AskingForMoreThanTheLimitIsRefusedLocally) {
   EXPECT_FALSE(run_probe(p.a.get(), 1, kMaxProbeBytes + 1, Millis(100)).is_ok());
 }
 
+// Exchanges: both ends send at once, with messages larger than the socket buffers (a peer that
+// waited for its whole message to leave before reading would deadlock), and reduces: the worker
+// answers with what it received.
+TEST(Probe, ExchangesAndReducesRunTheirRoundsAndTheWorkerCountsTheBytes) {
+  Pair p;
+  auto server = std::async(std::launch::async, [&] { return serve_probe(p.b.get(), Millis(5000)); });
+  constexpr uint64_t kBytes = 3u << 20;
+  auto ex = run_exchange(p.a.get(), ProbeOp::exchange, kBytes, 20, Millis(5000));
+  ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+  EXPECT_EQ(ex->rounds, 18u) << "the first tenth is left out";
+  EXPECT_GT(ex->median_us, 0);
+  EXPECT_LE(ex->p10_us, ex->median_us);
+  EXPECT_LE(ex->median_us, ex->p90_us);
+  auto re = run_exchange(p.a.get(), ProbeOp::reduce, 24576, 100, Millis(5000));
+  ASSERT_TRUE(re.is_ok()) << re.status().to_string();
+  EXPECT_EQ(re->rounds, 90u);
+  p.a.reset();
+  const std::string log = server.get();
+  EXPECT_NE(log.find("after 2 requests, 62.3 MiB in, 62.3 MiB out (closed)"), std::string::npos) << log;
+}
+
+TEST(Probe, ExchangeLimitsAreCheckedOnBothSides) {
+  Pair p;
+  EXPECT_FALSE(run_exchange(p.a.get(), ProbeOp::exchange, kMaxExchangeBytes + 1, 10, Millis(100)).is_ok());
+  EXPECT_FALSE(run_exchange(p.a.get(), ProbeOp::exchange, 1024, 0, Millis(100)).is_ok());
+  EXPECT_FALSE(run_exchange(p.a.get(), ProbeOp::echo, 1024, 10, Millis(100)).is_ok());
+  auto server = std::async(std::launch::async, [&] { return serve_probe(p.b.get(), Millis(5000)); });
+  uint8_t h[17] = {4, 0, 0, 0, 0, 0, 0, 4, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};  // 1 KiB, 2^64-1 rounds
+  ASSERT_EQ(::write(p.a.get(), h, sizeof h), 17);
+  EXPECT_NE(server.get().find("malformed request"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem::link
