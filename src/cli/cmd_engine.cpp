@@ -32,6 +32,7 @@ struct EngineFlags {
   std::string prompt_cache = "0";
   std::string prompt_cache_dir_size = "64GiB";
   bool json = false, no_cuda_graphs = false, output_last = false, workers_first = false;
+  std::string split_mode = "layer";
   std::vector<std::string> switches_off;  // flags of datapath::kDataPathSwitches given
   int verbose = 0;
 };
@@ -44,6 +45,11 @@ engine::Placement placement(const EngineFlags& f) {
   static_cast<datapath::DataPathSwitches&>(p) = switches.value();
   p.output_on_head = !f.output_last;
   p.workers_first = f.workers_first;
+  p.meta_tensor_split = f.split_mode == "tensor";
+  // The meta device reuses its host buffers for each layer's partial sums within a scheduler run,
+  // which the queued writes take for an input that repeats (datapath/rpc_writes.h): they would
+  // send stale sums. The tensor split runs with ggml's own writes.
+  if (p.meta_tensor_split) p.async_rpc_writes = false;
   for (const std::string& w : f.worker_caches) {
     const size_t eq = w.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == w.size())
@@ -164,6 +170,12 @@ void register_engine(CLI::App& app) {
       "Order the offload devices as llama.cpp does: RPC devices first, local GPUs last (the first layers run on the "
       "workers; "
       "the output head stays on the last local GPU without a tensor override, so pipeline parallelism stays on)");
+  cmd->add_option("--split-mode", f.split_mode,
+                  "layer: each device runs its range of layers in turn (tandem's split); tensor: every device runs "
+                  "every layer at once through llama.cpp's meta device (its -sm tensor; for measurement, on the "
+                  "architectures it splits; --layer-split gives the shares)")
+      ->check(CLI::IsMember({"layer", "tensor"}))
+      ->capture_default_str();
   cmd->add_option("--worker-cache", f.worker_caches,
                   "HOST:PORT=FILE: the tandem worker behind this RPC endpoint has the weights FILE lists cached "
                   "(\"HASH BYTES\" lines; `tandem serve` writes it); load them from there (repeatable)");

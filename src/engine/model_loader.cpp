@@ -186,7 +186,12 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   std::vector<ggml_backend_dev_t> device_list = devices.value();
   device_list.push_back(nullptr);
   mp.devices = device_list.data();
-  mp.split_mode = LLAMA_SPLIT_MODE_LAYER;
+  mp.split_mode = p.meta_tensor_split ? LLAMA_SPLIT_MODE_TENSOR : LLAMA_SPLIT_MODE_LAYER;
+  if (p.meta_tensor_split && (p.cpu_layers != 0 || devices->empty())) {
+    return Status::invalid_argument(
+        "the tensor split runs every layer on every offload device: give devices (--rpc) and "
+        "no CPU layers");
+  }
   mp.use_extra_bufts = p.cpu_weight_repack;
   // llama.cpp counts the output head as one more layer, offloaded with the last device.
   mp.n_gpu_layers = devices->empty() ? 0 : n_layer + 1 - p.cpu_layers;
@@ -198,14 +203,14 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
                                       " offload devices are present");
     }
     const int offloaded = std::accumulate(p.device_layers.begin(), p.device_layers.end(), 0);
-    if (offloaded + p.cpu_layers != n_layer) {
+    if (!p.meta_tensor_split && offloaded + p.cpu_layers != n_layer) {
       return Status::invalid_argument("the layer split covers " + std::to_string(offloaded + p.cpu_layers) +
                                       " layers, the model has " + std::to_string(n_layer));
     }
     // Integer layer counts as proportions reproduce llama.cpp's boundaries exactly: the split
     // points are k/(n+1) and layer il goes to the first device whose point exceeds il/(n+1).
     for (size_t i = 0; i < p.device_layers.size(); ++i) split[i] = static_cast<float>(p.device_layers[i]);
-    split[p.device_layers.size() - 1] += 1.0f;
+    if (!p.meta_tensor_split) split[p.device_layers.size() - 1] += 1.0f;
     mp.tensor_split = split.data();
   }
   // With a GPU on the head and layers on workers, the output head stays on the head's last GPU
@@ -237,7 +242,7 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   // The device of layer 0, when it is a worker's, gathers the token embedding's rows itself
   // (datapath/worker_embedding.h).
   ggml_backend_dev_t embedding_device = nullptr;
-  if (p.embedding_on_worker && p.cpu_layers == 0) {
+  if (p.embedding_on_worker && p.cpu_layers == 0 && !p.meta_tensor_split) {
     for (size_t i = 0; i < p.device_layers.size() && i < devices->size(); ++i) {
       if (p.device_layers[i] == 0) continue;
       if (datapath::is_rpc_device(devices.value()[i])) embedding_device = devices.value()[i];

@@ -40,6 +40,12 @@ struct Placement : datapath::DataPathSwitches {
   // pipeline parallelism (asynchronous splits across devices) off for any override. The planner
   // asks for this order whenever the head has a GPU.
   bool workers_first = false;
+  // Every layer on every offload device at once through llama.cpp's meta device (its `-sm tensor`):
+  // each weight split across the devices by its own rules, partial sums reduced through this
+  // process. For measuring that machinery against the layer split (docs/parallelism.md); needs an
+  // architecture llama.cpp splits that way (not minimax-m3) and no CPU layers. `device_layers`, when
+  // given, are the devices' shares.
+  bool meta_tensor_split = false;
   // RPC endpoint -> a file listing the weights its worker has cached (engine/cached_upload.h);
   // those are loaded from the worker's cache without hashing on the load's path. Only for
   // endpoints that reach a tandem worker, and only with an explicit `device_layers`.
