@@ -1,0 +1,71 @@
+// llama.cpp's meta device driven by tandem (engine::Placement::meta_tensor_split, `tandem engine
+// --split-mode tensor`): every layer on two workers at once gives the tokens of the layer split
+// on a model whose sums leave no near-ties, and a placement that cannot run that way is refused.
+#include <gtest/gtest.h>
+
+#include "datapath/rpc_writes.h"
+#include "engine/generate.h"
+#include "synth/presets.h"
+#include "synth/writer.h"
+#include "worker_env.h"
+
+namespace tandem::engine {
+namespace {
+
+using namespace tandem::testing;
+
+TEST(TensorSplit, TwoWorkersRunEveryLayerAtOnceAndGiveTheLayerSplitsTokens) {
+  ScratchDir dir;
+  // Q8_0: the meta device halves rows, which a 256-wide K-quant block cannot be.
+  synth::ModelSpec spec = synth::preset("tiny-qwen3moe").value();
+  spec.type = 8;  // GGML_TYPE_Q8_0
+  const std::string model = dir.file("tq8.gguf");
+  ASSERT_TRUE(synth::write_model(spec, model, {}).is_ok());
+  const link::Secret secret = make_secret(dir.file("cluster.key"));
+  WorkerProcess w1(dir, "box-b", dir.file("cluster.key"));
+  WorkerProcess w2(dir, "box-c", dir.file("cluster.key"));
+  ASSERT_TRUE(w1.up() && w2.up()) << w1.log() << w2.log();
+  auto f1 = forward_to(w1, secret);
+  auto f2 = forward_to(w2, secret);
+  GenerateOptions o;
+  o.model = model;
+  o.prompt = "Two desktop boxes joined by one cable";
+  o.n_predict = 16;
+  o.n_ctx = 128;
+  o.threads = 1;
+  o.ignore_eos = true;
+  o.placement.cpu_weight_repack = false;
+  o.placement.rpc_servers = {"127.0.0.1:" + std::to_string(f1->port()), "127.0.0.1:" + std::to_string(f2->port())};
+  o.placement.device_layers = {1, 1};
+  auto layer = generate(o);
+  ASSERT_TRUE(layer.is_ok()) << layer.status().to_string();
+
+  GenerateOptions t = o;
+  t.placement.meta_tensor_split = true;
+  t.placement.async_rpc_writes = false;  // as the CLI sets it: see src/cli/cmd_engine.cpp
+  auto tensor = generate(t);
+  ASSERT_TRUE(tensor.is_ok()) << tensor.status().to_string() << w1.log() << w2.log();
+  EXPECT_EQ(tensor->tokens, layer->tokens);
+
+  // Every weight split by the devices' shares (as far as its blocks and heads allow): at 1:1 the
+  // workers get about the same bytes, at 1:3 the second clearly more (a layer split of 1 and 3
+  // layers is impossible with 2).
+  const auto shares = [&](std::vector<int> split) {
+    t.placement.device_layers = split;
+    const uint64_t a0 = f1->stats().bytes_to_worker, b0 = f2->stats().bytes_to_worker;
+    auto r = generate(t);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    return static_cast<double>(f2->stats().bytes_to_worker - b0) / static_cast<double>(f1->stats().bytes_to_worker - a0);
+  };
+  EXPECT_NEAR(shares({1, 1}), 1.0, 0.2);
+  EXPECT_GT(shares({1, 3}), 1.4);
+
+  GenerateOptions bad = t;
+  bad.placement.cpu_layers = 1;
+  auto refused = generate(bad);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("no CPU layers"), std::string::npos) << refused.status().message();
+}
+
+}  // namespace
+}  // namespace tandem::engine
