@@ -72,27 +72,16 @@ void add_config_flags(ConfigFlags& f) {
   f.toggle(
       "--no-cuda-graphs", "[model] cuda_graphs", [](Config & c) -> auto& { return c.model.cuda_graphs; }, false,
       "Turn CUDA graphs off in the engine");
-  f.parsed("--prompt-cache", "[model] prompt_cache",
-           "Memory for the prompt cache on each node, e.g. 8GiB; 0 turns it off (default 8GiB)",
-           [](const std::string& t, Config& c) {
-             std::optional<uint64_t> v{0};
-             if (t != "0") TANDEM_RETURN_IF_ERROR(size_into(t, &v));
-             c.model.prompt_cache = *v;
-             return Status::ok();
-           })
-      ->type_name("SIZE");
+  f.size(
+      "--prompt-cache", "[model] prompt_cache",
+      "Memory for the prompt cache on each node, e.g. 8GiB; 0 turns it off (default 8GiB)",
+      [](Config& c) -> uint64_t& { return c.model.prompt_cache; }, /*zero_off=*/true);
   f.value(
       "--prompt-cache-dir", "[model] prompt_cache_dir", [](Config & c) -> auto& { return c.model.prompt_cache_dir; },
       "A folder for prompt-cache states memory no longer holds (workers use their --cache-dir); none by default");
-  f.parsed("--prompt-cache-dir-size", "[model] prompt_cache_dir_size",
-           "Bound of that folder on each node, e.g. 64GiB (the default)",
-           [](const std::string& t, Config& c) {
-             std::optional<uint64_t> v;
-             TANDEM_RETURN_IF_ERROR(size_into(t, &v));
-             c.model.prompt_cache_dir_size = *v;
-             return Status::ok();
-           })
-      ->type_name("SIZE");
+  f.size("--prompt-cache-dir-size", "[model] prompt_cache_dir_size",
+         "Bound of that folder on each node, e.g. 64GiB (the default)",
+         [](Config& c) -> uint64_t& { return c.model.prompt_cache_dir_size; });
   f.value(
        "--engine-flag", "[model] engine_flags", [](Config & c) -> auto& { return c.model.engine_flags; },
        "Turn one of the engine's optimisations off, to measure what it saves, e.g. "

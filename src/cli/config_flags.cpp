@@ -17,6 +17,18 @@ CLI::Option* ConfigFlags::parsed(const std::string& flag, const std::string& key
   return opt;
 }
 
+CLI::Option* ConfigFlags::size(const std::string& flag, const std::string& key, const std::string& help,
+                               std::function<uint64_t&(config::Config&)> field, bool zero_off) {
+  return parsed(flag, key, help,
+                [field, zero_off](const std::string& t, config::Config& c) {
+                  std::optional<uint64_t> v{0};
+                  if (!zero_off || t != "0") TANDEM_RETURN_IF_ERROR(size_into(t, &v));
+                  field(c) = *v;
+                  return Status::ok();
+                })
+      ->type_name("SIZE");
+}
+
 Result<config::Config> ConfigFlags::resolve(const std::string& path) const {
   config::Config c;
   if (!path.empty()) {
@@ -70,14 +82,8 @@ void add_plan_flags(ConfigFlags& f) {
        "--margin", "[plan] margin", [](Config & c) -> auto& { return c.plan.margin; },
        "Fraction of each device's free memory held back (default 0.05)")
       ->check(CLI::Range(0.0, 0.99));
-  f.parsed("--margin-bytes", "[plan] margin_bytes", "Bytes held back on each device on top (default 1GiB)",
-           [](const std::string& t, Config& c) {
-             std::optional<uint64_t> v;
-             TANDEM_RETURN_IF_ERROR(size_into(t, &v));
-             c.plan.margin_bytes = *v;
-             return Status::ok();
-           })
-      ->type_name("SIZE");
+  f.size("--margin-bytes", "[plan] margin_bytes", "Bytes held back on each device on top (default 1GiB)",
+         [](Config& c) -> uint64_t& { return c.plan.margin_bytes; });
   f.value(
        "--hop-ms", "[plan] hop_ms", [](Config & c) -> auto& { return c.plan.hop_ms; },
        "Link cost per cable crossing per token, ms (default 0.5)")

@@ -50,6 +50,11 @@ class ConfigFlags {
   CLI::Option* parsed(const std::string& flag, const std::string& key, const std::string& help,
                       std::function<Status(const std::string& text, config::Config& c)> parse);
 
+  // A size with a unit ("64GiB") into the byte count `field(config)`; with `zero_off`, a bare "0"
+  // is accepted too (the key's way of turning something off).
+  CLI::Option* size(const std::string& flag, const std::string& key, const std::string& help,
+                    std::function<uint64_t&(config::Config&)> field, bool zero_off = false);
+
   // The file at `path` ("" = none: the defaults), with the flags given applied over it. Errors
   // name the file or the flag.
   Result<config::Config> resolve(const std::string& path) const;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -102,6 +103,13 @@ class StartupTracker {
 Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   const config::Config& c = o.config;
   TANDEM_RETURN_IF_ERROR(check_engine_flags(c.model.engine_flags));
+  if (!c.model.prompt_cache_dir.empty() && c.model.prompt_cache > 0) {
+    // The engine would fail on it at every restart: a folder that cannot be made is the config's.
+    std::error_code ec;
+    std::filesystem::create_directories(c.model.prompt_cache_dir, ec);
+    if (ec)
+      return Status::invalid_argument("[model] prompt_cache_dir " + c.model.prompt_cache_dir + ": " + ec.message());
+  }
   if (c.model.path.empty()) return Status::invalid_argument("no model: set [model] path in the config or pass --model");
   auto info = plan::read_model_info(c.model.path);
   if (!info.is_ok()) return info.status();

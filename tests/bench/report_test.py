@@ -22,6 +22,18 @@ def run(config, rnd, decode, p512, p4096, load_s=5.0, link_bytes=0):
         "ttft_ms": figure([300.0, 310.0, 320.0], "ms"), "aggregate_tps": figure([80.0, 82.0, 84.0])}}}
 
 
+def report_in(d, runs):
+    """Runs report.py on `runs` in folder `d`: results.json, results.md and the plot's path."""
+    with open(os.path.join(d, "runs.jsonl"), "w") as f:
+        f.write("\n".join(json.dumps(r) for r in runs) + "\n")
+    with open(os.path.join(d, "model.json"), "w") as f:
+        json.dump({"active_bytes_per_token": 13_918_301_952, "files": ["/models/m3-proxy.gguf"]}, f)
+    subprocess.run([sys.executable, REPORT, os.path.join(d, "runs.jsonl"), os.path.join(d, "model.json"),
+                    os.path.join(d, "out"), "abc1234", "h200"], check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(d, "out", "results.json")) as f, open(os.path.join(d, "out", "results.md")) as g:
+        return json.load(f), g.read(), os.path.join(d, "out", "results.svg")
+
+
 class Report(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
@@ -38,16 +50,8 @@ class Report(unittest.TestCase):
     ]
 
     def report(self, runs):
-        d = tempfile.mkdtemp(dir=self.dir.name)
-        with open(os.path.join(d, "runs.jsonl"), "w") as f:
-            f.write("\n".join(json.dumps(r) for r in runs) + "\n")
-        with open(os.path.join(d, "model.json"), "w") as f:
-            json.dump({"active_bytes_per_token": 13_918_301_952, "files": ["/models/m3-proxy.gguf"]}, f)
-        subprocess.run([sys.executable, REPORT, os.path.join(d, "runs.jsonl"), os.path.join(d, "model.json"),
-                        os.path.join(d, "out"), "abc1234", "h200"], check=True, stdout=subprocess.DEVNULL)
-        self.svg = os.path.join(d, "out", "results.svg")
-        with open(os.path.join(d, "out", "results.json")) as f, open(os.path.join(d, "out", "results.md")) as g:
-            return json.load(f), g.read()
+        results, md, self.svg = report_in(tempfile.mkdtemp(dir=self.dir.name), runs)
+        return results, md
 
     def tearDown(self):
         self.dir.cleanup()
@@ -139,14 +143,7 @@ class PromptCacheReport(unittest.TestCase):
                 self.conv("tandem-split", 1, [3400.0, 3500.0, 3600.0], [150.0, 160.0, 170.0], [1000.0] * 3, [2e9] * 3),
                 self.conv("tandem-split", 2, [3300.0, 3400.0, 3500.0], [140.0, 150.0, 160.0], [1200.0] * 3, [2e9] * 3)]
         with tempfile.TemporaryDirectory() as d:
-            with open(os.path.join(d, "runs.jsonl"), "w") as f:
-                f.write("\n".join(json.dumps(r) for r in runs) + "\n")
-            with open(os.path.join(d, "model.json"), "w") as f:
-                json.dump({"active_bytes_per_token": 13_918_301_952, "files": ["/models/m3-proxy.gguf"]}, f)
-            subprocess.run([sys.executable, REPORT, os.path.join(d, "runs.jsonl"), os.path.join(d, "model.json"),
-                            os.path.join(d, "out"), "abc", "h200"], check=True, stdout=subprocess.DEVNULL)
-            r = json.load(open(os.path.join(d, "out", "results.json")))
-            md = open(os.path.join(d, "out", "results.md")).read()
+            r, md, _ = report_in(d, runs)
         pc = r["prompt_cache"]
         for k in ("cold_ttft_ms", "returning_ttft_ms", "link_bytes_per_restore", "state_kv_bytes"):
             self.assertIn(k, pc)

@@ -344,6 +344,16 @@ TEST(Serve, ABadConfigurationExitsTwoWithAMessage) {
   r = run_tandem("serve -m " + dir.file("m3.gguf") + " --worker a=127.0.0.1:1 --worker b=127.0.0.1:1", dir.file(""));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("127.0.0.1:1 is given twice"), std::string::npos) << r.err;
+  // A prompt-cache folder that cannot be made would fail every engine start.
+  write_file(dir.file("a-file"), "x");
+  r = run_tandem(
+      "serve -m " + dir.file("m3.gguf") + " --insecure-no-auth --prompt-cache-dir " + dir.file("a-file") + "/prompts",
+      dir.file(""));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("[model] prompt_cache_dir " + dir.file("a-file") + "/prompts"), std::string::npos) << r.err;
+  r = run_tandem("serve -m " + dir.file("m3.gguf") + " --prompt-cache 8", dir.file(""));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--prompt-cache: '8' has no unit"), std::string::npos) << r.err;
 }
 
 // Debian's cpp-httplib sets SO_REUSEPORT: a second head on the same port used to start, and the

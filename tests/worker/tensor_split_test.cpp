@@ -55,7 +55,8 @@ TEST(TensorSplit, TwoWorkersRunEveryLayerAtOnceAndGiveTheLayerSplitsTokens) {
     const uint64_t a0 = f1->stats().bytes_to_worker, b0 = f2->stats().bytes_to_worker;
     auto r = generate(t);
     EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-    return static_cast<double>(f2->stats().bytes_to_worker - b0) / static_cast<double>(f1->stats().bytes_to_worker - a0);
+    return static_cast<double>(f2->stats().bytes_to_worker - b0) /
+           static_cast<double>(f1->stats().bytes_to_worker - a0);
   };
   EXPECT_NEAR(shares({1, 1}), 1.0, 0.2);
   EXPECT_GT(shares({1, 3}), 1.4);
