@@ -3,6 +3,7 @@
 // first turn, and its cached prompt tokens in the usage), the cache's figures on /health and
 // /metrics, each node's share named.
 #include <httplib.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -170,6 +171,52 @@ TEST(PromptCache, StatesSpillToEachNodesDiskAndReturnFromThere) {
   }
   EXPECT_EQ(health["prompt_cache"]["hits"], 1) << "both of a's states were on disk: " << health.dump();
   EXPECT_EQ(health["prompt_cache"]["failed_restores"], 0);
+}
+
+// A worker lost with states saved: the request that needs it fails, the engine restarts with an
+// empty cache (the worker's parts went with its session), and the conversation that returns is
+// evaluated afresh and gets its first turn's text, not a restore of parts that no longer exist.
+TEST(PromptCache, AWorkerLostWithItsPartsCostsTheCacheNotTheAnswers) {
+  ScratchDir dir;
+  LocalCluster cluster(dir, 1, {"--parallel", "1"});
+  ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
+  httplib::Client c("127.0.0.1", cluster.port());
+  c.set_read_timeout(120, 0);
+  std::string a = "Alice asks:", b = "Bob says:";
+  for (int i = 0; i < 40; ++i) a += " the quick brown fox jumps", b += " a lazy dog sleeps all day";
+  const auto post = [&](const std::string& prompt) {
+    return c.Post("/v1/completions", auth(cluster), completion(prompt).dump(), "application/json");
+  };
+  auto first = post(a);
+  ASSERT_TRUE(first && first->status == 200);
+  ASSERT_EQ(post(b)->status, 200);
+  json health;
+  for (int i = 0; i < 100; ++i) {
+    health = json::parse(c.Get("/health", auth(cluster))->body);
+    if (health["prompt_cache"].value("saves", 0) >= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GT(health["prompt_cache"]["bytes"]["w0"].get<uint64_t>(), 0u) << health.dump();
+
+  cluster.kill_worker(0, SIGKILL);
+  auto lost = post(a);
+  ASSERT_TRUE(lost);
+  EXPECT_EQ(lost->status, 503) << lost->body;
+  std::string state;
+  for (int i = 0; i < 100 && state != "degraded"; ++i) {
+    state = cluster.state();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(state, "degraded") << cluster.log();
+  cluster.restart_worker(0);
+  ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
+  health = json::parse(c.Get("/health", auth(cluster))->body);
+  EXPECT_EQ(health["prompt_cache"]["entries"], 0) << "a new engine starts with an empty cache: " << health.dump();
+  auto again = post(a);
+  ASSERT_TRUE(again && again->status == 200) << (again ? again->body : "");
+  const json j = json::parse(again->body), f = json::parse(first->body);
+  EXPECT_EQ(j["choices"][0]["text"], f["choices"][0]["text"]) << "evaluated afresh, as the first turn was";
+  EXPECT_LE(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 1);
 }
 
 }  // namespace
