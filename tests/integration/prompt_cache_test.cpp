@@ -25,6 +25,22 @@ json completion(const std::string& prompt) {
   return {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
 }
 
+// A conversation's ~280-token prompt: `who` and 40 times `words`.
+std::string conversation(const std::string& who, const std::string& words) {
+  std::string p = who;
+  for (int i = 0; i < 40; ++i) p += words;
+  return p;
+}
+const std::string kAlice = conversation("Alice asks:", " the quick brown fox jumps");
+const std::string kBob = conversation("Bob says:", " a lazy dog sleeps all day");
+
+// A greedy completion of `prompt`, its JSON body; an empty object (and a failure) unless 200.
+json post(httplib::Client& c, const LocalCluster& cluster, const std::string& prompt) {
+  auto r = c.Post("/v1/completions", auth(cluster), completion(prompt).dump(), "application/json");
+  EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer") << "\n" << cluster.log();
+  return r && r->status == 200 ? json::parse(r->body) : json::object();
+}
+
 // The value of the Prometheus sample `name` (with its labels), or -1.
 double sample(const std::string& metrics, const std::string& name) {
   const size_t at = metrics.find("\n" + name + " ");
@@ -37,14 +53,8 @@ TEST(PromptCache, AReturningConversationIsServedFromEachNodesShareAndTheFiguresS
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
   httplib::Client c("127.0.0.1", cluster.port());
   c.set_read_timeout(120, 0);
-  std::string a = "Alice asks:", b = "Bob says:";
-  for (int i = 0; i < 40; ++i) a += " the quick brown fox jumps", b += " a lazy dog sleeps all day";
-
-  const auto post = [&](const std::string& prompt) {
-    auto r = c.Post("/v1/completions", auth(cluster), completion(prompt).dump(), "application/json");
-    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer") << "\n" << cluster.log();
-    return r && r->status == 200 ? json::parse(r->body) : json::object();
-  };
+  const std::string &a = kAlice, &b = kBob;
+  const auto post = [&](const std::string& prompt) { return testing::post(c, cluster, prompt); };
   const json first = post(a);
   ASSERT_TRUE(first.contains("usage"));
   const int prompt_tokens = first["usage"]["prompt_tokens"];
@@ -134,15 +144,8 @@ TEST(PromptCache, StatesSpillToEachNodesDiskAndReturnFromThere) {
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
   httplib::Client c("127.0.0.1", cluster.port());
   c.set_read_timeout(120, 0);
-  const auto post = [&](const std::string& prompt) {
-    auto r = c.Post("/v1/completions", auth(cluster), completion(prompt).dump(), "application/json");
-    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer") << "\n" << cluster.log();
-    return r && r->status == 200 ? json::parse(r->body) : json::object();
-  };
-  std::string a = "Alice asks:", b = "Bob says:", d = "Dora thinks:";
-  for (int i = 0; i < 40; ++i) {
-    a += " the quick brown fox jumps", b += " a lazy dog sleeps all day", d += " seven green apples fell";
-  }
+  const auto post = [&](const std::string& prompt) { return testing::post(c, cluster, prompt); };
+  const std::string &a = kAlice, &b = kBob, d = conversation("Dora thinks:", " seven green apples fell");
   ASSERT_FALSE(post(a).empty());
   const json reused = post(a);  // see the first test: the text a restore must give
   ASSERT_FALSE(post(b).empty());
@@ -182,8 +185,7 @@ TEST(PromptCache, AWorkerLostWithItsPartsCostsTheCacheNotTheAnswers) {
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
   httplib::Client c("127.0.0.1", cluster.port());
   c.set_read_timeout(120, 0);
-  std::string a = "Alice asks:", b = "Bob says:";
-  for (int i = 0; i < 40; ++i) a += " the quick brown fox jumps", b += " a lazy dog sleeps all day";
+  const std::string &a = kAlice, &b = kBob;
   const auto post = [&](const std::string& prompt) {
     return c.Post("/v1/completions", auth(cluster), completion(prompt).dump(), "application/json");
   };
