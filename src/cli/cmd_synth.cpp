@@ -40,6 +40,9 @@ synth::ModelSpec build_spec(const SynthArgs& a) {
   apply(a.embd, s.n_embd);
   apply(a.heads, s.n_head);
   apply(a.kv_heads, s.n_head_kv);
+  // The rotary dimensions keep the preset's share of the head (all of it for qwen3moe, which
+  // rotates whole heads).
+  if (a.head_dim && s.head_dim > 0) s.n_rot = static_cast<uint32_t>(uint64_t{s.n_rot} * *a.head_dim / s.head_dim);
   apply(a.head_dim, s.head_dim);
   apply(a.ff, s.n_ff);
   apply(a.ff_exp, s.n_ff_exp);
@@ -55,7 +58,6 @@ synth::ModelSpec build_spec(const SynthArgs& a) {
     s.type = t.value();
   }
   if (a.header_only) s.header_only = true;
-  if (s.n_rot > s.head_dim) s.n_rot = s.head_dim;
   return s;
 }
 

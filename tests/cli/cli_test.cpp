@@ -107,6 +107,18 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_NE(r.err.find("Q3_K"), std::string::npos) << r.err;
 }
 
+// Another head size keeps the preset's rotary share: qwen3moe rotates whole heads, so a synth
+// with wider heads used to be refused.
+TEST(Cli, SynthWithAnotherHeadSizeKeepsTheRotaryShare) {
+  ScratchDir dir;
+  auto r =
+      run_tandem("synth --preset tiny-qwen3moe --head-dim 128 --header-only -o " + dir.file("q.gguf"), dir.file(""));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_tandem("inspect --json " + dir.file("q.gguf"), dir.file(""));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"head_dim_k\": 128"), std::string::npos) << r.out;
+}
+
 TEST(Cli, EngineGeneratesFromAPrompt) {
   ScratchDir dir;
   ASSERT_EQ(run_tandem("synth --preset tiny -o " + dir.file("t.gguf"), dir.file("")).exit_code, 0);
