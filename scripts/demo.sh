@@ -5,7 +5,7 @@
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 tandem="$build/tandem"
-out="$build/demo"
+out=${TANDEM_DEMO_OUT:-$build/demo}
 rm -rf "$out"
 mkdir -p "$out"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -74,13 +74,23 @@ print(f"{u['completion_tokens']} tokens after a {u['prompt_tokens']}-token promp
       f"({u['completion_tokens'] / secs:.0f} tok/s end to end, over HTTP and two links)")
 PY
 
-step "cluster health"
-curl -s "http://127.0.0.1:$port/health" | python3 -c '
+step "cluster health (the details need the key)"
+# The conversation's state is kept in the prompt cache once its slot idles; the gateway learns of
+# it with the engine's next status, within a second or two.
+for _ in $(seq 30); do
+  health=$(curl -s "http://127.0.0.1:$port/health" -H "Authorization: Bearer $key")
+  echo "$health" | grep -q '"entries":0' || break
+  sleep 0.1
+done
+echo "$health" | python3 -c '
 import json, sys
 h = json.load(sys.stdin)
 print("state:", h["state"])
 for n in h["nodes"]:
     print("  %s: link %s, %d bytes sent to it" % (n["name"], n["state"], n["bytes_to_worker"]))
+pc = h["prompt_cache"]
+print("prompt cache: %d conversation state(s) kept, each node its own part: %s" %
+      (pc["entries"], ", ".join("%s %d bytes" % kv for kv in pc["bytes"].items())))
 '
 
 step "shut down"
