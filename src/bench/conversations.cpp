@@ -66,7 +66,8 @@ Status conversation_figures(Client& client, const BenchOptions& o, std::mt19937&
     ttft->push_back(s->ttft_s * 1000);
     const Counters served = read_counters(client);
     if (link != nullptr && before.known) link->push_back(static_cast<double>(served.link_bytes - before.link_bytes));
-    const Counters saved = after_save(client, served);
+    // tandem keeps no state of 64 tokens or fewer (docs/serve.md): nothing to wait for then.
+    const Counters saved = s->prompt_tokens > 64 ? after_save(client, served) : served;
     if (saved.known && saved.saves > served.saves) {
       save_bytes.push_back(static_cast<double>(saved.link_bytes - served.link_bytes));
       state.push_back(static_cast<double>(saved.saved_bytes - served.saved_bytes) / (saved.saves - served.saves));

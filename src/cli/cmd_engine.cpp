@@ -46,10 +46,6 @@ engine::Placement placement(const EngineFlags& f) {
   p.output_on_head = !f.output_last;
   p.workers_first = f.workers_first;
   p.meta_tensor_split = f.split_mode == "tensor";
-  // The meta device reuses its host buffers for each layer's partial sums within a scheduler run,
-  // which the queued writes take for an input that repeats (datapath/rpc_writes.h): they would
-  // send stale sums. The tensor split runs with ggml's own writes.
-  if (p.meta_tensor_split) p.async_rpc_writes = false;
   for (const std::string& w : f.worker_caches) {
     const size_t eq = w.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == w.size())

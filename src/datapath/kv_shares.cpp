@@ -66,6 +66,17 @@ Result<link::KvShareAnswer> query(uint64_t key, const WorkerShare& share) {
   return *a;
 }
 
+// Ok when the worker holds the whole of its share of `key`; else what it holds, in `what` terms.
+Status held_whole(uint64_t key, const WorkerShare& share, const std::string& what) {
+  auto a = query(key, share);
+  if (!a.is_ok()) return a.status();
+  if (a->held && a->bytes == share.bytes && a->faults == 0) return Status::ok();
+  return Status::unavailable("worker " + share.endpoint + ": " + what + " " + format_bytes(a->held ? a->bytes : 0) +
+                             " of " + format_bytes(share.bytes) + " of a prompt-cache state" +
+                             (a->faults != 0 ? " (" + std::to_string(a->faults) + " regions refused)" : "") +
+                             "; it is short of memory, or restarted");
+}
+
 uint64_t& stream_of(std::vector<std::pair<const void*, uint64_t>>& streams, const void* data) {
   for (auto& s : streams) {
     if (s.first == data) return s.second;
@@ -156,16 +167,7 @@ Status ShareSave::finish() {
   t_save = nullptr;
   if (shares_.empty()) return Status::ok();
   g_saves.fetch_add(1, std::memory_order_relaxed);
-  for (const WorkerShare& w : shares_) {
-    auto a = query(key_, w);
-    if (!a.is_ok()) return a.status();
-    if (!a->held || a->bytes != w.bytes || a->faults != 0) {
-      return Status::unavailable("worker " + w.endpoint + ": kept " + format_bytes(a->held ? a->bytes : 0) + " of " +
-                                 format_bytes(w.bytes) + " of a prompt-cache state" +
-                                 (a->faults != 0 ? " (" + std::to_string(a->faults) + " regions refused)" : "") +
-                                 "; it is short of memory, or restarted");
-    }
-  }
+  for (const WorkerShare& w : shares_) TANDEM_RETURN_IF_ERROR(held_whole(key_, w, "kept"));
   return Status::ok();
 }
 
@@ -177,14 +179,7 @@ ShareRestore::~ShareRestore() {
 }
 
 Status ShareRestore::check() {
-  for (const WorkerShare& w : shares_) {
-    auto a = query(key_, w);
-    if (!a.is_ok()) return a.status();
-    if (!a->held || a->bytes != w.bytes || a->faults != 0) {
-      return Status::unavailable("worker " + w.endpoint + ": holds " + format_bytes(a->held ? a->bytes : 0) + " of " +
-                                 format_bytes(w.bytes) + " of a prompt-cache state");
-    }
-  }
+  for (const WorkerShare& w : shares_) TANDEM_RETURN_IF_ERROR(held_whole(key_, w, "holds"));
   t_restore = this;
   return Status::ok();
 }

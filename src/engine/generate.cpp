@@ -63,7 +63,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   const Placement& p = o.placement;
   const auto slots = [&](bool on) { return input_slot_bytes(p, on, model.get(), cp.n_ctx, cp.n_seq_max, cp.n_ubatch); };
   std::unique_ptr<datapath::AsyncRpcWrites> rpc_writes;
-  if (!p.rpc_servers.empty() && p.async_rpc_writes)
+  if (queued_rpc_writes(p))
     rpc_writes =
         std::make_unique<datapath::AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
   std::unique_ptr<datapath::LocalInputCopies> local_inputs;

@@ -44,7 +44,8 @@ struct Placement : datapath::DataPathSwitches {
   // each weight split across the devices by its own rules, partial sums reduced through this
   // process. For measuring that machinery against the layer split (docs/parallelism.md); needs an
   // architecture llama.cpp splits that way (not minimax-m3) and no CPU layers. `device_layers`, when
-  // given, are the devices' shares.
+  // given, are the devices' shares. Turns the queued RPC writes (queued_rpc_writes) and the
+  // embedding's move to a worker off.
   bool meta_tensor_split = false;
   // RPC endpoint -> a file listing the weights its worker has cached (engine/cached_upload.h);
   // those are loaded from the worker's cache without hashing on the load's path. Only for
@@ -59,6 +60,13 @@ struct Placement : datapath::DataPathSwitches {
   uint64_t input_slot_bytes = 0;
   // embedding_on_worker applies when layer 0 runs on a worker by an explicit `device_layers`.
 };
+
+// Whether a step's writes to RPC servers are queued (datapath/rpc_writes.h) under `p`. Never under
+// the meta device's tensor split: it reuses its host buffers for each layer's partial sums within
+// a scheduler run, which the queued writes take for a repeated input, and would send stale sums.
+inline bool queued_rpc_writes(const Placement& p) {
+  return !p.rpc_servers.empty() && p.async_rpc_writes && !p.meta_tensor_split;
+}
 
 // The endpoints to which a step's repeated inputs go as markers under `p`.
 inline std::set<std::string> reuse_endpoints(const Placement& p) {

@@ -192,7 +192,7 @@ void Server::load() {
     return input_slot_bytes(p, on, model_.get(), static_cast<uint32_t>(so.context * so.parallel),
                             static_cast<uint32_t>(so.parallel), static_cast<uint32_t>(so.batch));
   };
-  if (!p.rpc_servers.empty() && p.async_rpc_writes)
+  if (queued_rpc_writes(p))
     rpc_writes_ =
         std::make_unique<datapath::AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
   if (!p.tandem_workers.empty() && config_.scheduler.prompt_cache_bytes > 0)

@@ -42,10 +42,11 @@ TEST(TensorSplit, TwoWorkersRunEveryLayerAtOnceAndGiveTheLayerSplitsTokens) {
 
   GenerateOptions t = o;
   t.placement.meta_tensor_split = true;
-  t.placement.async_rpc_writes = false;  // as the CLI sets it: see src/cli/cmd_engine.cpp
+  const unsigned long long queued = datapath::AsyncRpcWrites::writes();
   auto tensor = generate(t);
   ASSERT_TRUE(tensor.is_ok()) << tensor.status().to_string() << w1.log() << w2.log();
   EXPECT_EQ(tensor->tokens, layer->tokens);
+  EXPECT_EQ(datapath::AsyncRpcWrites::writes(), queued) << "queued writes would send stale partial sums";
 
   // Every weight split by the devices' shares (as far as its blocks and heads allow): at 1:1 the
   // workers get about the same bytes, at 1:3 the second clearly more (a layer split of 1 and 3
