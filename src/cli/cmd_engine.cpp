@@ -46,6 +46,7 @@ engine::Placement placement(const EngineFlags& f) {
   p.output_on_head = !f.output_last;
   p.workers_first = f.workers_first;
   p.meta_tensor_split = f.split_mode == "tensor";
+  p.ffn_tensor_split = f.split_mode == "ffn-tensor";
   for (const std::string& w : f.worker_caches) {
     const size_t eq = w.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == w.size())
@@ -119,6 +120,10 @@ void register_engine(CLI::App& app) {
   auto* prompt =
       cmd->add_option("-p,--prompt", o.prompt, "Generate once from this prompt and print the text and speed");
   socket->excludes(prompt);
+  cmd->add_option("--chunk-times", o.chunk_tokens,
+                  "--prompt: also report the decode speed of each run of N generated tokens (chunk_tps in --json; "
+                  "a soak's stall shows as a slow chunk)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("-n,--n-predict", o.n_predict, "--prompt: tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
@@ -169,8 +174,10 @@ void register_engine(CLI::App& app) {
   cmd->add_option("--split-mode", f.split_mode,
                   "layer: each device runs its range of layers in turn (tandem's split); tensor: every device runs "
                   "every layer at once through llama.cpp's meta device (its -sm tensor; for measurement, on the "
-                  "architectures it splits; --layer-split gives the shares)")
-      ->check(CLI::IsMember({"layer", "tensor"}))
+                  "architectures it splits; --layer-split gives the shares); ffn-tensor: every device runs every "
+                  "layer at once with only the FFNs and the output head split across them, attention and KV cache "
+                  "whole on each (the FFN tensor split, docs/parallelism.md)")
+      ->check(CLI::IsMember({"layer", "tensor", "ffn-tensor"}))
       ->capture_default_str();
   cmd->add_option("--worker-cache", f.worker_caches,
                   "HOST:PORT=FILE: the tandem worker behind this RPC endpoint has the weights FILE lists cached "

@@ -103,12 +103,16 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
     return Status::internal(
         with_llama_reason("decoding the prompt failed (llama_decode returned " + std::to_string(rc) + ")"));
   }
-  Clock::time_point first_token;
+  Clock::time_point first_token, chunk_start;
   for (int i = 0; i < o.n_predict; ++i) {
     llama_token token = llama_sampler_sample(sampler.get(), ctx.get(), -1);
+    if (o.chunk_tokens > 0 && i > 0 && i % o.chunk_tokens == 0) {
+      r.chunk_tps.push_back(o.chunk_tokens / std::max(since(chunk_start), 1e-9));
+      chunk_start = Clock::now();
+    }
     if (i == 0) {
       r.prefill_s = since(t);
-      first_token = Clock::now();
+      first_token = chunk_start = Clock::now();
       r.prefill_profile = datapath::split_profile() - mark;
       mark = datapath::split_profile();
     }
@@ -153,6 +157,7 @@ std::string generate_result_json(const GenerateResult& r) {
                             {"load_s", r.load_s},
                             {"prefill_tps", r.prefill_tps},
                             {"decode_tps", r.decode_tps},
+                            {"chunk_tps", r.chunk_tps},
                             {"input_copies", datapath::AsyncRpcWrites::reused_writes()},
                             {"input_copies_identified", datapath::AsyncRpcWrites::identified_writes()},
                             {"input_bytes_not_sent", datapath::AsyncRpcWrites::bytes_not_sent()},

@@ -22,6 +22,7 @@ struct GenerateOptions {
   float temperature = 0.8f;
   uint32_t seed = 42;
   bool ignore_eos = false;  // keep generating past end-of-generation tokens (benchmarks)
+  int chunk_tokens = 0;     // > 0: also time each run of this many generated tokens (soaks: a stall shows)
   Placement placement;      // where the layers go (default: all on the local GPUs, else CPU)
 };
 
@@ -31,6 +32,7 @@ struct GenerateResult {
   int n_prompt_tokens = 0;
   double load_s = 0, prefill_s = 0, decode_s = 0;
   double prefill_tps = 0, decode_tps = 0;                  // tokens per second; decode excludes the first token
+  std::vector<double> chunk_tps;                           // decode speed of each chunk_tokens-token run
   datapath::SplitProfile prefill_profile, decode_profile;  // where the scheduler's time went in each phase
 };
 

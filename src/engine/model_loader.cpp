@@ -22,6 +22,7 @@
 #include "datapath/sched_hooks.h"
 #include "datapath/worker_embedding.h"
 #include "engine/cached_upload.h"
+#include "engine/ffn_device.h"
 #include "engine/hash_memo.h"
 #include "engine/llama_log.h"
 #include "ggml-backend.h"
@@ -183,20 +184,31 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   if (!devices.is_ok()) return devices.status();
 
   llama_model_params mp = llama_model_default_params();
+  if (p.meta_tensor_split && p.ffn_tensor_split) {
+    return Status::invalid_argument("choose one tensor split: llama.cpp's (meta) or the FFN split");
+  }
+  if (p.tensor_parallel() && (p.cpu_layers != 0 || devices->size() < 2)) {
+    return Status::invalid_argument(
+        "the tensor split runs every layer on every offload device: give two or more devices (--rpc) "
+        "and no CPU layers (" +
+        std::to_string(devices->size()) + " device(s), " + std::to_string(p.cpu_layers) + " CPU layer(s))");
+  }
   std::vector<ggml_backend_dev_t> device_list = devices.value();
+  if (p.ffn_tensor_split) {
+    // libllama sees one device holding every layer; the meta device splits each weight by tandem's
+    // policy and runs each graph on all devices, reducing the FFNs' partial sums.
+    auto meta = ffn_split_device(info.value(), devices.value());
+    if (!meta.is_ok()) return meta.status();
+    device_list = {meta.value()};
+  }
   device_list.push_back(nullptr);
   mp.devices = device_list.data();
   mp.split_mode = p.meta_tensor_split ? LLAMA_SPLIT_MODE_TENSOR : LLAMA_SPLIT_MODE_LAYER;
-  if (p.meta_tensor_split && (p.cpu_layers != 0 || devices->empty())) {
-    return Status::invalid_argument(
-        "the tensor split runs every layer on every offload device: give devices (--rpc) and "
-        "no CPU layers");
-  }
   mp.use_extra_bufts = p.cpu_weight_repack;
   // llama.cpp counts the output head as one more layer, offloaded with the last device.
   mp.n_gpu_layers = devices->empty() ? 0 : n_layer + 1 - p.cpu_layers;
   std::vector<float> split(llama_max_devices(), 0.0f);
-  if (!p.device_layers.empty()) {
+  if (!p.device_layers.empty() && !p.ffn_tensor_split) {
     if (p.device_layers.size() != devices->size()) {
       return Status::invalid_argument("the layer split names " + std::to_string(p.device_layers.size()) +
                                       " devices, but " + std::to_string(devices->size()) +
@@ -222,7 +234,8 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   for (ggml_backend_dev_t d : devices.value()) {
     if (!datapath::is_rpc_device(d)) last_local = d;
   }
-  if (last_local != nullptr && !p.rpc_servers.empty() && p.output_on_head && !p.workers_first) {
+  if (last_local != nullptr && !p.rpc_servers.empty() && p.output_on_head && !p.workers_first &&
+      !p.tensor_parallel()) {
     overrides.push_back({"^output\\.weight$", ggml_backend_dev_buffer_type(last_local)});
   }
   // libllama has no switch for it, but keeps pipeline parallelism off under any tensor override:
@@ -242,14 +255,14 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   // The device of layer 0, when it is a worker's, gathers the token embedding's rows itself
   // (datapath/worker_embedding.h).
   ggml_backend_dev_t embedding_device = nullptr;
-  if (p.embedding_on_worker && p.cpu_layers == 0 && !p.meta_tensor_split) {
+  if (p.embedding_on_worker && p.cpu_layers == 0 && !p.tensor_parallel()) {
     for (size_t i = 0; i < p.device_layers.size() && i < devices->size(); ++i) {
       if (p.device_layers[i] == 0) continue;
       if (datapath::is_rpc_device(devices.value()[i])) embedding_device = devices.value()[i];
       break;
     }
   }
-  const bool cached = !p.cache_listings.empty() && !p.device_layers.empty();
+  const bool cached = !p.cache_listings.empty() && !p.device_layers.empty() && !p.tensor_parallel();
   if (cached) {
     CachedUploadPlan cp;
     cp.model = o.model;

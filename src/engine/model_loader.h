@@ -47,6 +47,12 @@ struct Placement : datapath::DataPathSwitches {
   // given, are the devices' shares. Turns the queued RPC writes (queued_rpc_writes) and the
   // embedding's move to a worker off.
   bool meta_tensor_split = false;
+  // The FFN tensor split (plan/ffn_split.h, `parallelism = "ffn-tensor"`): every layer on every
+  // offload device at once through a meta device that splits only the FFNs and the output head;
+  // attention, router and KV cache whole on each device. Needs ≥ 2 devices and no CPU layers;
+  // like the meta split, it turns the queued RPC writes and the embedding's move off.
+  bool ffn_tensor_split = false;
+  bool tensor_parallel() const { return meta_tensor_split || ffn_tensor_split; }
   // RPC endpoint -> a file listing the weights its worker has cached (engine/cached_upload.h);
   // those are loaded from the worker's cache without hashing on the load's path. Only for
   // endpoints that reach a tandem worker, and only with an explicit `device_layers`.
@@ -65,7 +71,7 @@ struct Placement : datapath::DataPathSwitches {
 // the meta device's tensor split: it reuses its host buffers for each layer's partial sums within
 // a scheduler run, which the queued writes take for a repeated input, and would send stale sums.
 inline bool queued_rpc_writes(const Placement& p) {
-  return !p.rpc_servers.empty() && p.async_rpc_writes && !p.meta_tensor_split;
+  return !p.rpc_servers.empty() && p.async_rpc_writes && !p.tensor_parallel();
 }
 
 // The endpoints to which a step's repeated inputs go as markers under `p`.

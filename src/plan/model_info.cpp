@@ -156,22 +156,31 @@ Status read_tensors(const gguf_context* ctx, int split, const std::string& path,
   return Status::ok();
 }
 
+}  // namespace
+
+uint64_t tensor_read_bytes(const ModelInfo& info, const TensorInfo& t, uint64_t bytes) {
+  // One embedding row, the used share of the routed experts, everything else in full.
+  if (t.role == WeightRole::embedding && t.ne[1] > 0) return bytes / t.ne[1];
+  if (t.role == WeightRole::routed_experts && t.ne[2] > 0 && info.n_expert_used > 0) {
+    return bytes / t.ne[2] * std::min<uint64_t>(info.n_expert_used, t.ne[2]);
+  }
+  return bytes;
+}
+
+namespace {
+
 void compute_totals(ModelInfo* info) {
   std::map<int, uint64_t> bytes_by_type;
   for (const TensorInfo& t : info->tensors) {
     info->tensor_bytes += t.bytes;
     info->n_params += t.n_elements();
     if (t.ne[1] > 1) bytes_by_type[t.type] += t.bytes;
-    // What one generated token reads: one embedding row, the used share of the routed experts,
-    // everything else in full.
-    uint64_t read = t.bytes, params = t.n_elements();
+    const uint64_t read = tensor_read_bytes(*info, t, t.bytes);
+    uint64_t params = t.n_elements();
     if (t.role == WeightRole::embedding && t.ne[1] > 0) {
-      read = t.bytes / t.ne[1];
       params = t.ne[0];
     } else if (t.role == WeightRole::routed_experts && t.ne[2] > 0 && info->n_expert_used > 0) {
-      const uint64_t used = std::min<uint64_t>(info->n_expert_used, t.ne[2]);
-      read = t.bytes / t.ne[2] * used;
-      params = t.n_elements() / t.ne[2] * used;
+      params = t.n_elements() / t.ne[2] * std::min<uint64_t>(info->n_expert_used, t.ne[2]);
     }
     info->active_params += params;
     ActiveBytes& a = info->active;

@@ -78,6 +78,10 @@ struct ModelInfo {
 // missing, an unknown key type. Never aborts on bad input.
 Result<ModelInfo> read_model_info(const std::string& path);
 
+// Of `bytes` of tensor `t` (its own size, or a device's part of it), those one generated token
+// reads: one embedding row, the used share of the routed experts, everything else.
+uint64_t tensor_read_bytes(const ModelInfo& info, const TensorInfo& t, uint64_t bytes);
+
 // The inspect report: a few aligned lines for people.
 std::string format_model_info(const ModelInfo& info);
 
