@@ -74,6 +74,11 @@ void add_model_flags(ConfigFlags& f) {
              return Status::ok();
            })
       ->type_name("SHARES");
+  f.value(
+       "--parallelism", "[model] parallelism", [](Config & c) -> auto& { return c.model.parallelism; },
+       "How the nodes share the model: layer (each runs its layers in turn; default) or ffn-tensor (every node "
+       "runs every layer with the FFNs split across them; docs/parallelism.md)")
+      ->check(CLI::IsMember({"layer", "ffn-tensor"}));
 }
 
 void add_plan_flags(ConfigFlags& f) {
@@ -87,6 +92,11 @@ void add_plan_flags(ConfigFlags& f) {
   f.value(
        "--hop-ms", "[plan] hop_ms", [](Config & c) -> auto& { return c.plan.hop_ms; },
        "Link cost per cable crossing per token, ms (default 0.5)")
+      ->check(CLI::Range(0.0, 1e6));
+  f.value(
+       "--exchange-ms", "[plan] exchange_ms", [](Config & c) -> auto& { return c.plan.exchange_ms; },
+       "ffn-tensor: cost of one swap of the FFN's partial sums between the nodes, ms (default 0.1; `tandem link "
+       "exchange` measures a link's)")
       ->check(CLI::Range(0.0, 1e6));
 }
 

@@ -234,6 +234,7 @@ TableReader model_reader(const std::string& src, ModelConfig* m) {
   r.on("parallel", count_into(&m->parallel, 1, 256));
   r.on("kv_type", string_into(&m->kv_type));
   r.on("layers", layers_into(&m->layers));
+  r.on("parallelism", one_of_into(&m->parallelism, {"layer", "ffn-tensor"}));
   r.on("threads", int_into(&m->threads, 0, 4096));
   r.on("cuda_graphs", bool_into(&m->cuda_graphs));
   r.on("engine_flags", strings_into(&m->engine_flags));
@@ -283,6 +284,7 @@ TableReader plan_reader(const std::string& src, PlanConfig* p) {
     return Status::ok();
   });
   r.on("hop_ms", number_into(&p->hop_ms, 0, 1e6));
+  r.on("exchange_ms", number_into(&p->exchange_ms, 0, 1e6));
   return r;
 }
 

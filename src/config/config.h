@@ -61,7 +61,10 @@ struct ModelConfig {
   uint32_t parallel = 1;           // sequences served at once
   std::string kv_type = "f16";     // KV cache type
   std::vector<LayerShare> layers;  // a hand-made split, one share per node; empty = the planner's
-  int threads = 0;                 // the engine's CPU threads; 0 = one per physical core
+  // How the nodes share the model: "layer" (each runs its range of layers in turn) or "ffn-tensor"
+  // (every node runs every layer, the FFNs split across them: plan/ffn_split.h).
+  std::string parallelism = "layer";
+  int threads = 0;  // the engine's CPU threads; 0 = one per physical core
   bool cuda_graphs = true;
   std::vector<std::string> engine_flags;  // tandem-engine switches serve passes on (datapath/switches.h)
   // Memory for the prompt cache's states on each node (the head's part on the head, each worker's
@@ -90,6 +93,7 @@ struct PlanConfig {
   double margin = 0.05;                       // fraction of each device's free memory held back
   uint64_t margin_bytes = uint64_t{1} << 30;  // and this many bytes more
   double hop_ms = 0.5;                        // link cost per cable crossing per token
+  double exchange_ms = 0.1;                   // ffn-tensor: cost of one swap of partial sums
 };
 
 struct Config {

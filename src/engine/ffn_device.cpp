@@ -23,7 +23,8 @@ extern "C" ggml_tensor* ggml_arange(ggml_context* ctx, float start, float stop, 
   using ArangeFn = ggml_tensor* (*)(ggml_context*, float, float, float);
   static const auto real = reinterpret_cast<ArangeFn>(dlsym(RTLD_NEXT, "ggml_arange"));
   ggml_tensor* t = real(ctx, start, stop, step);
-  if (t != nullptr && anchor_arange.load(std::memory_order_relaxed)) t->src[0] = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1);
+  if (t != nullptr && anchor_arange.load(std::memory_order_relaxed))
+    t->src[0] = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1);
   return t;
 }
 

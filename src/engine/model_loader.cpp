@@ -234,8 +234,7 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   for (ggml_backend_dev_t d : devices.value()) {
     if (!datapath::is_rpc_device(d)) last_local = d;
   }
-  if (last_local != nullptr && !p.rpc_servers.empty() && p.output_on_head && !p.workers_first &&
-      !p.tensor_parallel()) {
+  if (last_local != nullptr && !p.rpc_servers.empty() && p.output_on_head && !p.workers_first && !p.tensor_parallel()) {
     overrides.push_back({"^output\\.weight$", ggml_backend_dev_buffer_type(last_local)});
   }
   // libllama has no switch for it, but keeps pipeline parallelism off under any tensor override:

@@ -228,9 +228,16 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   }
   std::string names;
   for (const auto& n : nodes) names += (names.empty() ? "" : ", ") + n.name;
-  log("plan: layers \"" + plan::layer_shares(p.value()) + "\" on " + names + ", bandwidth bound " +
-      std::to_string(static_cast<int>(p->tokens_per_second())) + " tok/s" +
-      (c.model.layers.empty() ? "" : " (the split given by hand)"));
+  if (p->parallelism == plan::Parallelism::ffn_tensor) {
+    log("plan: every layer on " + names + " at once, the FFNs split across them (parallelism ffn-tensor), " +
+        std::to_string(p->exchanges_per_token) + " swaps per token; bandwidth bound " +
+        std::to_string(static_cast<int>(p->tokens_per_second())) + " tok/s with the swaps at " +
+        std::to_string(options->exchange_seconds * 1e3).substr(0, 5) + " ms");
+  } else {
+    log("plan: layers \"" + plan::layer_shares(p.value()) + "\" on " + names + ", bandwidth bound " +
+        std::to_string(static_cast<int>(p->tokens_per_second())) + " tok/s" +
+        (c.model.layers.empty() ? "" : " (the split given by hand)"));
+  }
   if (p->split.rpc_nodes.size() < c.workers.size()) {
     log("the plan leaves " + std::to_string(c.workers.size() - p->split.rpc_nodes.size()) +
         " worker(s) without layers: the model fits on fewer nodes (use --layers to spread it anyway)");
@@ -251,6 +258,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.cpu_layers = p->split.cpu_layers;
   so.device_layers = p->split.device_layers;
   so.workers_first = p->split.workers_first;
+  so.ffn_tensor = p->parallelism == plan::Parallelism::ffn_tensor;
   so.context = static_cast<int>(c.model.context);
   so.parallel = static_cast<int>(c.model.parallel);
   so.threads = c.model.threads;

@@ -13,8 +13,18 @@ const std::string& status_page_html() {
 
 json status_info_from_plan(const plan::Plan& p, const std::vector<plan::NodeSpec>& nodes, uint32_t n_layer) {
   // Layers per node from the split libllama gets.
-  const auto range = plan::layer_ranges(p.split, nodes);
-  json out = {{"tokens_per_s", p.tokens_per_second()}, {"n_layer", n_layer}, {"nodes", json::array()}};
+  auto range = plan::layer_ranges(p.split, nodes);
+  if (p.parallelism == plan::Parallelism::ffn_tensor) {
+    // Every node whose devices run layers runs all of them.
+    range.clear();
+    for (const auto& d : p.devices) {
+      if (d.n_layers > 0) range[d.node] = {0, static_cast<int>(n_layer)};
+    }
+  }
+  json out = {{"tokens_per_s", p.tokens_per_second()},
+              {"n_layer", n_layer},
+              {"parallelism", plan::parallelism_name(p.parallelism)},
+              {"nodes", json::array()}};
   for (size_t i = 0; i < nodes.size(); ++i) {
     const auto it = range.find(nodes[i].name);
     const int first = it == range.end() ? 0 : it->second.first, layers = it == range.end() ? 0 : it->second.second;
@@ -47,7 +57,10 @@ json status_snapshot(const HealthReport& h, const json& info, const std::string&
               {"load", d.value("load", json::object())},
               {"last_error", d.value("last_error", std::string())},
               {"phase", d.value("phase", std::string())},
-              {"plan", {{"tokens_per_s", info.value("tokens_per_s", 0.0)}, {"n_layer", info.value("n_layer", 0)}}},
+              {"plan",
+               {{"tokens_per_s", info.value("tokens_per_s", 0.0)},
+                {"n_layer", info.value("n_layer", 0)},
+                {"parallelism", info.value("parallelism", std::string("layer"))}}},
               {"placement", info.value("placement", json())},
               {"nodes", json::array()}};
   const json links = d.value("nodes", json::array());

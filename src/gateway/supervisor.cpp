@@ -314,6 +314,7 @@ void Supervisor::spawn_engine() {
   for (auto& f : forwarders_) args.insert(args.end(), {"--tandem-worker", "127.0.0.1:" + std::to_string(f->port())});
   if (!options_.device_layers.empty()) args.insert(args.end(), {"--layer-split", join(options_.device_layers)});
   if (options_.workers_first) args.push_back("--workers-first");
+  if (options_.ffn_tensor) args.insert(args.end(), {"--split-mode", "ffn-tensor"});
   if (options_.threads > 0) args.insert(args.end(), {"-t", std::to_string(options_.threads)});
   if (!options_.cuda_graphs) args.push_back("--no-cuda-graphs");
   args.insert(args.end(), {"--prompt-cache", std::to_string(options_.prompt_cache)});

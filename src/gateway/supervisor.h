@@ -44,6 +44,7 @@ struct SupervisorOptions {
   int cpu_layers = 0;  // the plan's split (see engine::Placement)
   std::vector<int> device_layers;
   bool workers_first = false;  // RPC devices before the head's GPUs
+  bool ffn_tensor = false;     // every layer on every device, the FFNs split (parallelism ffn-tensor)
   int context = 4096;          // per slot
   int parallel = 1;
   int threads = 0;

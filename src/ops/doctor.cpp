@@ -191,6 +191,11 @@ class Doctor {
       if (n == 0) {
         add(lw.config->name, "memory", Verdict::pass,
             "the plan gives it no layers (the model fits on fewer nodes); " + format_bytes(free_bytes) + " free");
+      } else if (p->parallelism == plan::Parallelism::ffn_tensor) {
+        add(lw.config->name, "memory", Verdict::pass,
+            "every layer with its part of each FFN (parallelism ffn-tensor) needs " + format_bytes(need) + " of " +
+                format_bytes(free_bytes) + " free, " +
+                format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, headroom))) + " to spare after the margin");
       } else {
         add(lw.config->name, "memory", Verdict::pass,
             "layers " + std::to_string(first) + "-" + std::to_string(first + n - 1) + " need " + format_bytes(need) +
@@ -202,7 +207,33 @@ class Doctor {
       add("plan", "memory", Verdict::warn, "planned without the workers that did not answer",
           "fix those workers, then run doctor again");
     }
+    check_parallelism(p.value());
     return p.value();
+  }
+
+  // Both parallelisms priced for this cluster; a warning when the other one would be faster.
+  void check_parallelism(const plan::Plan& p) {
+    std::string detail;
+    double mine = 0, best = 0;
+    const char* best_name = "";
+    for (const auto& e : p.estimates) {
+      detail += (detail.empty() ? "" : "; ") + std::string(plan::parallelism_name(e.parallelism)) +
+                (e.parallelism == p.parallelism ? " (configured)" : "") + ": " +
+                (e.fits ? fixed(e.tokens_per_second, 1) + " tok/s bandwidth bound" : "does not fit");
+      if (e.parallelism == p.parallelism) mine = e.tokens_per_second;
+      if (e.fits && e.tokens_per_second > best) {
+        best = e.tokens_per_second;
+        best_name = plan::parallelism_name(e.parallelism);
+      }
+    }
+    if (best > mine * 1.05) {
+      add("plan", "parallelism", Verdict::warn, detail,
+          std::string("[model] parallelism = \"") + best_name +
+              "\" predicts faster decoding here (the estimate takes [plan] exchange_ms per swap: `tandem link "
+              "exchange` measures it)");
+    } else {
+      add("plan", "parallelism", Verdict::pass, detail);
+    }
   }
 
   void check_link(const LiveWorker& lw) {
@@ -272,6 +303,14 @@ class Doctor {
     std::string layers;
     const uint64_t want = p ? expected_cache_bytes(*p, lw.config->name, &layers) : 0;
     const std::string& name = lw.config->name;
+    if (p && p->parallelism == plan::Parallelism::ffn_tensor) {
+      // The cache holds whole tensors; a worker's part of a split FFN is none of them.
+      add(name, "cache", Verdict::warn,
+          "under parallelism ffn-tensor the weight cache is not used: a load sends this worker's part of the model "
+          "over the link",
+          "expect a first load at the link's speed, or use parallelism \"layer\", whose loads the cache seeds");
+      return;
+    }
     if (p && want == 0) {
       add(name, "cache", Verdict::pass,
           layers.empty() ? "no layers planned here: nothing to seed"

@@ -42,8 +42,8 @@ Result<std::vector<int64_t>> ffn_counts(const std::string& down, int64_t n, int 
     if (!counts.empty()) return counts;
   }
   return Status::invalid_argument(down + " (width " + std::to_string(n) + ", " +
-                                  ggml_type_name(static_cast<ggml_type>(type)) + " blocks of " +
-                                  std::to_string(block) + ") cannot be split across " + std::to_string(parts) +
+                                  ggml_type_name(static_cast<ggml_type>(type)) + " blocks of " + std::to_string(block) +
+                                  ") cannot be split across " + std::to_string(parts) +
                                   " devices: each part must be a whole number of blocks; use the layer split");
 }
 
@@ -103,8 +103,8 @@ Result<FfnSplit> FfnSplit::make(const ModelInfo& info, size_t n_devices) {
           const int dim = what == "weight" ? 1 : 0;
           const uint32_t repeats = t.ne[dim] == 2 * width ? 2 : 1;
           if (t.ne[dim] == width * repeats) {
-            split_along(t, what == "weight" ? FfnSplitState::Axis::rows : FfnSplitState::Axis::columns,
-                        counts.value(), repeats);
+            split_along(t, what == "weight" ? FfnSplitState::Axis::rows : FfnSplitState::Axis::columns, counts.value(),
+                        repeats);
             split = true;
           }
         }

@@ -12,6 +12,8 @@ Result<PlanOptions> plan_options_from_config(const config::Config& c) {
   o.memory.margin_fraction = c.plan.margin;
   o.memory.margin_bytes = c.plan.margin_bytes;
   o.hop_seconds = c.plan.hop_ms / 1e3;
+  o.exchange_seconds = c.plan.exchange_ms / 1e3;
+  o.parallelism = c.model.parallelism == "ffn-tensor" ? Parallelism::ffn_tensor : Parallelism::layer;
   o.layers = c.model.layers;
   return o;
 }

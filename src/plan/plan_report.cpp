@@ -31,6 +31,21 @@ std::string layers_text(const DeviceAssignment& d) {
   return t;
 }
 
+// Each parallelism's figures, this plan's marked: what choosing the other would give.
+void estimates_text(const Plan& plan, std::ostream& out) {
+  for (const ParallelismEstimate& e : plan.estimates) {
+    char line[160];
+    if (e.fits) {
+      std::snprintf(line, sizeof line, "%.1f tok/s bandwidth bound", e.tokens_per_second);
+    } else {
+      std::snprintf(line, sizeof line, "does not fit");
+    }
+    out << "parallelism " << parallelism_name(e.parallelism)
+        << (e.parallelism == plan.parallelism ? " (this plan)" : "") << ": " << line
+        << (e.fits || e.failure.empty() ? "" : ": " + e.failure) << "\n";
+  }
+}
+
 std::string request_text(const ModelInfo& info, const PlanOptions& o) {
   char buf[256];
   std::snprintf(buf, sizeof buf, "%s, %u layers; context %u x %u sequences (%llu KV cells, %s), margin %.0f%% + %s",
@@ -70,6 +85,7 @@ std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptio
       out << "nothing simple fits: add nodes or memory, or use a smaller quantisation of the model\n";
     }
     for (const std::string& s : plan.suggestions) out << "would fit: " << s << "\n";
+    estimates_text(plan, out);
     return out.str();
   }
   int64_t min_headroom = INT64_MAX;
@@ -83,6 +99,18 @@ std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptio
                 signed_gib(min_headroom).c_str(), plan.tokens_per_second(), plan.seconds_per_token * 1e3,
                 plan.link_seconds * 1e3);
   out << line;
+  estimates_text(plan, out);
+  if (plan.parallelism == Parallelism::ffn_tensor) {
+    out << "every node runs every layer: the FFNs and the output head split across the devices, attention, "
+           "router and KV cache whole on each; "
+        << plan.exchanges_per_token << " swaps of partial sums per token at " << o.exchange_seconds * 1e3
+        << " ms each ([plan] exchange_ms)\n";
+    out << "libllama: one meta device over " << (plan.split.use_local_gpus ? "the head's GPUs and " : "")
+        << "the devices of [";
+    for (size_t i = 0; i < plan.split.rpc_nodes.size(); ++i) out << (i ? ", " : "") << plan.split.rpc_nodes[i];
+    out << "]\n";
+    return out.str();
+  }
   out << "libllama: cpu_layers " << plan.split.cpu_layers << ", device_layers [";
   for (size_t i = 0; i < plan.split.device_layers.size(); ++i) out << (i ? ", " : "") << plan.split.device_layers[i];
   out << "], local GPUs "
@@ -113,7 +141,9 @@ std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOpti
                   {"kv_cells", kv_cells(o.memory)},
                   {"margin_fraction", o.memory.margin_fraction},
                   {"margin_bytes", o.memory.margin_bytes},
-                  {"hop_seconds", o.hop_seconds}};
+                  {"hop_seconds", o.hop_seconds},
+                  {"exchange_seconds", o.exchange_seconds}};
+  j["parallelism"] = parallelism_name(plan.parallelism);
   nlohmann::ordered_json devices = nlohmann::ordered_json::array();
   for (const DeviceAssignment& d : plan.devices) {
     devices.push_back({{"node", d.node},
@@ -143,8 +173,17 @@ std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOpti
   j["seconds_per_token"] = plan.seconds_per_token;
   j["link_seconds"] = plan.link_seconds;
   j["tokens_per_second"] = plan.tokens_per_second();
+  j["exchanges_per_token"] = plan.exchanges_per_token;
   j["failure"] = plan.failure;
   j["suggestions"] = plan.suggestions;
+  nlohmann::ordered_json estimates = nlohmann::ordered_json::array();
+  for (const ParallelismEstimate& e : plan.estimates) {
+    estimates.push_back({{"parallelism", parallelism_name(e.parallelism)},
+                         {"fits", e.fits},
+                         {"tokens_per_second", e.tokens_per_second},
+                         {"failure", e.failure}});
+  }
+  j["estimates"] = estimates;
   return j.dump(indent);
 }
 

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "common/units.h"
+#include "plan/ffn_plan.h"
 
 namespace tandem::plan {
 namespace {
@@ -554,10 +555,20 @@ Result<Plan> solve_hand_split(const ModelCosts& c, const std::vector<NodeSpec>& 
 
 }  // namespace
 
+const char* parallelism_name(Parallelism p) { return p == Parallelism::ffn_tensor ? "ffn-tensor" : "layer"; }
+
 Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
   TANDEM_RETURN_IF_ERROR(validate_request(nodes, o));
   auto costs = model_costs(info, o.memory);
   if (!costs.is_ok()) return costs.status();
+  if (o.parallelism == Parallelism::ffn_tensor) {
+    if (!o.layers.empty()) {
+      return Status::invalid_argument("layers '" + config::format_layers(o.layers) +
+                                      "' is a layer split: leave [model] layers / --layers out under parallelism "
+                                      "\"ffn-tensor\", where every node runs every layer");
+    }
+    return solve_ffn_tensor(info, costs.value(), nodes, o);
+  }
   if (!o.layers.empty()) {
     auto plan = solve_hand_split(costs.value(), nodes, o, true);
     if (!plan.is_ok() || plan->fits) return plan;

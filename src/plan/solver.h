@@ -26,9 +26,18 @@
 
 namespace tandem::plan {
 
+// How the nodes share the model: each runs a range of layers in turn, or all run every layer with
+// the FFNs split across their devices (plan/ffn_split.h).
+enum class Parallelism { layer, ffn_tensor };
+const char* parallelism_name(Parallelism p);  // "layer", "ffn-tensor"
+
 struct PlanOptions {
   MemoryOptions memory;
   double hop_seconds = 0.0005;  // per cable crossing per generated token
+  Parallelism parallelism = Parallelism::layer;
+  // ffn-tensor: one swap of the partial sums between the devices (once per layer and for the
+  // output head, per generated token).
+  double exchange_seconds = 0.0001;
   // A hand-made split ([model] layers): one share per node, head first; the solver then only
   // checks it and sizes each device. Empty: the solver chooses.
   std::vector<config::LayerShare> layers;
@@ -74,8 +83,17 @@ struct LlamaSplit {
 // head); nodes without layers are absent. A worker gets one count per device of its NodeSpec.
 std::map<std::string, std::pair<int, int>> layer_ranges(const LlamaSplit& split, const std::vector<NodeSpec>& nodes);
 
+// One way of sharing the model, priced: what `tandem plan` shows for each.
+struct ParallelismEstimate {
+  Parallelism parallelism = Parallelism::layer;
+  bool fits = false;
+  double tokens_per_second = 0;  // the bandwidth bound with the link's costs, when it fits
+  std::string failure;           // when it does not
+};
+
 struct Plan {
   bool fits = false;
+  Parallelism parallelism = Parallelism::layer;
   std::vector<DeviceAssignment> devices;  // every device of every node, head first; unused ones have 0 layers
   LlamaSplit split;
   // The head's CPU holds no layer, so llama.cpp runs the split pipeline-parallel (more compute
@@ -87,6 +105,9 @@ struct Plan {
   // When !fits: what does not fit, where and by how much (one sentence), and what would fit.
   std::string failure;
   std::vector<std::string> suggestions;
+  int exchanges_per_token = 0;  // ffn-tensor: swaps of partial sums per generated token
+  // Every parallelism priced for the same request (make_plan fills it), this plan's among them.
+  std::vector<ParallelismEstimate> estimates;
 };
 
 // Places `info` over `nodes` (head first). Returns a Plan with fits = false and an explanation when
@@ -95,7 +116,8 @@ struct Plan {
 Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& options);
 
 // solve(), and when it does not fit, the alternatives that would: the largest context that fits,
-// fewer parallel sequences, a smaller KV type, one more node like the largest.
+// fewer parallel sequences, a smaller KV type, one more node like the largest, the other
+// parallelism. Fills `estimates` with every parallelism's figures.
 Result<Plan> make_plan(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& options);
 
 }  // namespace tandem::plan

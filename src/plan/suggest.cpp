@@ -84,8 +84,33 @@ std::vector<std::string> suggestions(const ModelInfo& info, const std::vector<No
 
 Result<Plan> make_plan(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& options) {
   auto plan = solve(info, nodes, options);
-  if (!plan.is_ok() || plan->fits) return plan;
+  if (!plan.is_ok()) return plan;
+  for (const Parallelism p : {Parallelism::layer, Parallelism::ffn_tensor}) {
+    ParallelismEstimate e;
+    e.parallelism = p;
+    Result<Plan> other = plan;
+    if (p != options.parallelism) {
+      PlanOptions q = options;
+      q.parallelism = p;
+      if (p == Parallelism::ffn_tensor) q.layers.clear();  // a hand split is a layer split
+      other = solve(info, nodes, q);
+    }
+    if (other.is_ok()) {
+      e.fits = other->fits;
+      e.tokens_per_second = other->fits ? other->tokens_per_second() : 0;
+      e.failure = other->failure;
+    } else {
+      e.failure = other.status().message();
+    }
+    plan->estimates.push_back(e);
+  }
+  if (plan->fits) return plan;
   plan->suggestions = suggestions(info, nodes, options);
+  for (const ParallelismEstimate& e : plan->estimates) {
+    if (e.parallelism != options.parallelism && e.fits) {
+      plan->suggestions.push_back(std::string("parallelism \"") + parallelism_name(e.parallelism) + "\" fits");
+    }
+  }
   return plan;
 }
 

@@ -5,6 +5,8 @@
 
 #include "datapath/rpc_writes.h"
 #include "engine/generate.h"
+#include "plan/ffn_split.h"
+#include "plan/model_info.h"
 #include "synth/presets.h"
 #include "synth/writer.h"
 #include "worker_env.h"
@@ -67,6 +69,67 @@ TEST(TensorSplit, TwoWorkersRunEveryLayerAtOnceAndGiveTheLayerSplitsTokens) {
   auto refused = generate(bad);
   ASSERT_FALSE(refused.is_ok());
   EXPECT_NE(refused.status().message().find("no CPU layers"), std::string::npos) << refused.status().message();
+}
+
+// The FFN tensor split (Placement::ffn_tensor_split, `--split-mode ffn-tensor`): every layer on two
+// real workers at once, only the FFNs and the output head split, gives one process's greedy tokens
+// on minimax-m3 (whose sparse attention llama.cpp's own tensor split refuses) and on qwen3moe; each
+// worker holds its own half of the FFNs, not the whole model.
+TEST(FfnTensorSplit, TwoWorkersGiveOneProcesssTokensOnEachArchitecture) {
+  ScratchDir dir;
+  const link::Secret secret = make_secret(dir.file("cluster.key"));
+  WorkerProcess w1(dir, "box-b", dir.file("cluster.key"));
+  WorkerProcess w2(dir, "box-c", dir.file("cluster.key"));
+  ASSERT_TRUE(w1.up() && w2.up()) << w1.log() << w2.log();
+  auto f1 = forward_to(w1, secret);
+  auto f2 = forward_to(w2, secret);
+  for (const char* preset : {"tiny", "tiny-qwen3moe"}) {
+    SCOPED_TRACE(preset);
+    synth::ModelSpec spec = synth::preset(preset).value();
+    spec.type = 8;  // GGML_TYPE_Q8_0: the tiny experts are narrower than a K-quant block
+    const std::string model = dir.file(std::string(preset) + ".gguf");
+    ASSERT_TRUE(synth::write_model(spec, model, {}).is_ok());
+    GenerateOptions one;
+    one.model = model;
+    one.prompt = "Two desktop boxes joined by one cable";
+    one.n_predict = 16;
+    one.n_ctx = 128;
+    one.threads = 1;
+    one.ignore_eos = true;
+    one.placement.cpu_weight_repack = false;
+    auto alone = generate(one);
+    ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
+
+    GenerateOptions t = one;
+    t.placement.rpc_servers = {"127.0.0.1:" + std::to_string(f1->port()), "127.0.0.1:" + std::to_string(f2->port())};
+    t.placement.ffn_tensor_split = true;
+    const uint64_t a0 = f1->stats().bytes_to_worker, b0 = f2->stats().bytes_to_worker;
+    auto split = generate(t);
+    ASSERT_TRUE(split.is_ok()) << split.status().to_string() << w1.log() << w2.log();
+    EXPECT_EQ(split->tokens, alone->tokens);
+    // Each worker received its part: the whole part and half of the FFNs and output head, so
+    // less than the model, and about what the other did.
+    auto info = plan::read_model_info(model);
+    ASSERT_TRUE(info.is_ok());
+    auto policy = plan::FfnSplit::make(info.value(), 2);
+    ASSERT_TRUE(policy.is_ok());
+    const uint64_t to_a = f1->stats().bytes_to_worker - a0, to_b = f2->stats().bytes_to_worker - b0;
+    uint64_t embedding = 0;  // stays on the head, which gathers the rows
+    for (const auto& x : info->tensors) embedding += x.role == plan::WeightRole::embedding ? x.bytes : 0;
+    EXPECT_GE(static_cast<double>(to_a), 0.95 * static_cast<double>(policy->device_weight_bytes(0) - embedding));
+    EXPECT_LT(to_a, info->tensor_bytes);
+    EXPECT_NEAR(static_cast<double>(to_b) / static_cast<double>(to_a), 1.0, 0.1);
+  }
+
+  GenerateOptions one_device;
+  one_device.model = dir.file("tiny.gguf");
+  one_device.prompt = "x";
+  one_device.n_ctx = 64;
+  one_device.placement.rpc_servers = {"127.0.0.1:" + std::to_string(f1->port())};
+  one_device.placement.ffn_tensor_split = true;
+  auto refused = generate(one_device);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("two or more devices"), std::string::npos) << refused.status().message();
 }
 
 }  // namespace
