@@ -229,7 +229,14 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   std::string names;
   for (const auto& n : nodes) names += (names.empty() ? "" : ", ") + n.name;
   if (p->parallelism == plan::Parallelism::ffn_tensor) {
-    log("plan: every layer on " + names + " at once, the FFNs split across them (parallelism ffn-tensor), " +
+    std::string runners;
+    for (const auto& n : nodes) {
+      const bool runs = std::any_of(p->devices.begin(), p->devices.end(), [&](const plan::DeviceAssignment& d) {
+        return d.node == n.name && d.n_layers > 0;
+      });
+      if (runs) runners += (runners.empty() ? "" : ", ") + n.name;
+    }
+    log("plan: every layer on " + runners + " at once, the FFNs split across them (parallelism ffn-tensor), " +
         std::to_string(p->exchanges_per_token) + " swaps per token; bandwidth bound " +
         std::to_string(static_cast<int>(p->tokens_per_second())) + " tok/s with the swaps at " +
         std::to_string(options->exchange_seconds * 1e3).substr(0, 5) + " ms");

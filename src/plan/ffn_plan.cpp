@@ -21,11 +21,11 @@ Plan solve_ffn_tensor(const ModelInfo& info, const ModelCosts& c, const std::vec
   for (size_t n = 0; n < nodes.size(); ++n) {
     if (n > 0 || gpu_head) runners += nodes[n].devices.size();
   }
-  Result<FfnSplit> split = runners >= 2 ? FfnSplit::make(info, runners)
-                                        : Result<FfnSplit>(Status::invalid_argument(
-                                              "the FFN tensor split needs two or more devices that run layers (" +
-                                              std::to_string(runners) + " here: " +
-                                              (gpu_head ? "the head's GPU" : "a CPU head runs none") + ")"));
+  Result<FfnSplit> split =
+      runners >= 2 ? FfnSplit::make(info, runners)
+                   : Result<FfnSplit>(Status::invalid_argument(
+                         "the FFN tensor split needs two or more devices that run layers (" + std::to_string(runners) +
+                         " here: " + (gpu_head ? "the head's GPU" : "a CPU head runs none") + ")"));
   uint64_t kv = 0;
   for (const LayerCost& l : c.layers) kv += l.kv;
   const uint64_t compute = compute_bytes(c, 0, n_layer, true, false, false) + c.input_slots;
@@ -66,8 +66,8 @@ Plan solve_ffn_tensor(const ModelInfo& info, const ModelCosts& c, const std::vec
         const uint64_t usable = d.free_bytes > d.margin ? d.free_bytes - d.margin : 0;
         short_of = d.node + " needs " + format_bytes(d.need()) + " for its part of every layer (weights " +
                    format_bytes(d.weights) + ", KV " + format_bytes(d.kv) + ", compute " + format_bytes(d.compute) +
-                   ") but has " + format_bytes(usable) + " after the " + format_bytes(d.margin) +
-                   " margin: short by " + format_bytes(d.need() - usable);
+                   ") but has " + format_bytes(usable) + " after the " + format_bytes(d.margin) + " margin: short by " +
+                   format_bytes(d.need() - usable);
       }
       plan.devices.push_back(d);
     }

@@ -12,9 +12,9 @@
 namespace tandem::testing {
 
 LocalCluster::LocalCluster(const ScratchDir& dir, int workers, const std::vector<std::string>& extra,
-                           const std::vector<std::string>& worker_args)
+                           const std::vector<std::string>& worker_args, const std::string& synth_args)
     : dir_(dir), worker_args_(worker_args) {
-  ClusterFiles files = make_cluster_files(dir, "test");
+  ClusterFiles files = make_cluster_files(dir, "test", synth_args);
   secret_ = files.secret;
   model_ = files.model;
   key_ = files.key;
@@ -47,7 +47,8 @@ LocalCluster::LocalCluster(const ScratchDir& dir, int workers, const std::vector
     argv.push_back("w" + std::to_string(i) + "=127.0.0.1:" + std::to_string(worker_ports_[i]));
     layers += workers == 1 ? ",2" : ",1";
   }
-  if (workers > 0) argv.insert(argv.end(), {"--layers", layers});
+  if (workers > 0 && std::find(extra.begin(), extra.end(), "--parallelism") == extra.end())
+    argv.insert(argv.end(), {"--layers", layers});
   argv.insert(argv.end(), extra.begin(), extra.end());
   gateway_ = std::make_unique<ChildProcess>(argv, dir.file("serve.log"));
 }
