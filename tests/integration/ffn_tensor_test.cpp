@@ -23,12 +23,9 @@ using Clock = std::chrono::steady_clock;
 httplib::Headers auth(const LocalCluster& c) { return {{"Authorization", "Bearer " + c.key()}}; }
 
 json completion(int max_tokens, bool stream) {
-  return {{"model", "tiny"},
-          {"prompt", "Two boxes, one cable,"},
-          {"max_tokens", max_tokens},
-          {"temperature", 0},
-          {"ignore_eos", true},
-          {"stream", stream}};
+  return {{"model", "tiny"},          {"prompt", "Two boxes, one cable,"},
+          {"max_tokens", max_tokens}, {"temperature", 0},
+          {"ignore_eos", true},       {"stream", stream}};
 }
 
 // The tiny model in Q8_0: its experts are narrower than a K-quant block, which cannot be halved.
@@ -50,7 +47,8 @@ TEST(FfnTensorServe, AnswersAsTheLayerSplitAndSurvivesAWorkerLostMidStream) {
   ScratchDir dir;
   LocalCluster cluster(dir, 2, {"--parallelism", "ffn-tensor"}, {}, kQ8);
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
-  EXPECT_NE(cluster.log().find("every layer on w0, w1 at once, the FFNs split across them (parallelism ffn-tensor)"), std::string::npos)
+  EXPECT_NE(cluster.log().find("every layer on w0, w1 at once, the FFNs split across them (parallelism ffn-tensor)"),
+            std::string::npos)
       << cluster.log();
   httplib::Client c("127.0.0.1", cluster.port());
   c.set_read_timeout(60, 0);
