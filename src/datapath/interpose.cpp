@@ -1,4 +1,5 @@
 #include "datapath/interpose.h"
+#include "datapath/reduce_copies.h"
 
 #include <dlfcn.h>
 
@@ -162,6 +163,7 @@ enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_
 enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
   static auto fn = tandem::datapath::real<tandem::datapath::LaunchFn>(Interposed::graph_compute_async);
   tandem::datapath::entered(Interposed::graph_compute_async);
+  tandem::datapath::flush_reduce_copies(backend);
   if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire))
     return h->launch(backend, cgraph, fn);
   return fn(backend, cgraph);
@@ -170,6 +172,7 @@ enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct
 void ggml_backend_synchronize(ggml_backend_t backend) {
   static auto fn = tandem::datapath::real<tandem::datapath::SynchronizeFn>(Interposed::synchronize);
   tandem::datapath::entered(Interposed::synchronize);
+  tandem::datapath::flush_reduce_copies(backend);
   if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire))
     return h->synchronize(backend, fn);
   fn(backend);

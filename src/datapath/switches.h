@@ -26,6 +26,7 @@ struct DataPathSwitches {
   bool overlap = true;              // micro-batches' device work may overlap (datapath/sched_hooks.h)
   bool cpu_weight_repack = true;    // the CPU backend's repacked weight layouts
   bool warm_up = true;              // a throwaway prompt and decode step before the engine is ready
+  bool overlapped_reduce = true;    // tensor splits: a reduction's reads queued together (datapath/reduce_copies.h)
 };
 
 struct DataPathSwitch {
@@ -66,6 +67,9 @@ inline constexpr DataPathSwitch kDataPathSwitches[] = {
      "file layout, bit-identical to a CPU split through RPC servers (the tests' oracle)", nullptr},
     {"--no-warm-up", &DataPathSwitches::warm_up, "a throwaway prompt and decode step before ready",
      "the first request pays the devices' start-up", nullptr},
+    {"--no-overlapped-reduce", &DataPathSwitches::overlapped_reduce,
+     "a tensor split's reduction reads every device's partial sum at once",
+     "reads and writes them one copy at a time, as llama.cpp's meta device does", nullptr},
 };
 
 // The switch whose flag is `flag`; nullptr for any other.

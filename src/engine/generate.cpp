@@ -9,6 +9,7 @@
 #include "common/cpu_cores.h"
 #include "datapath/local_casts.h"
 #include "datapath/local_inputs.h"
+#include "datapath/reduce_copies.h"
 #include "datapath/rpc_writes.h"
 #include "datapath/worker_embedding.h"
 #include "engine/llama_log.h"
@@ -159,6 +160,7 @@ std::string generate_result_json(const GenerateResult& r) {
                             {"decode_tps", r.decode_tps},
                             {"chunk_tps", r.chunk_tps},
                             {"input_copies", datapath::AsyncRpcWrites::reused_writes()},
+                            {"overlapped_reduce_copies", datapath::overlapped_copies()},
                             {"input_copies_identified", datapath::AsyncRpcWrites::identified_writes()},
                             {"input_bytes_not_sent", datapath::AsyncRpcWrites::bytes_not_sent()},
                             {"slotted_inputs", datapath::AsyncRpcWrites::slotted_inputs()},

@@ -19,6 +19,7 @@
 #include "common/units.h"
 #include "datapath/input_reuse.h"
 #include "datapath/local_casts.h"
+#include "datapath/reduce_copies.h"
 #include "datapath/sched_hooks.h"
 #include "datapath/worker_embedding.h"
 #include "engine/cached_upload.h"
@@ -186,6 +187,11 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   llama_model_params mp = llama_model_default_params();
   if (p.meta_tensor_split && p.ffn_tensor_split) {
     return Status::invalid_argument("choose one tensor split: llama.cpp's (meta) or the FFN split");
+  }
+  if (p.tensor_parallel() && p.overlapped_reduce) {
+    if (Status s = datapath::enable_overlapped_reduce_copies(); !s.is_ok()) {
+      log::warn("engine", "the tensor split's reductions run one copy at a time: " + s.message());
+    }
   }
   if (p.tensor_parallel() && (p.cpu_layers != 0 || devices->size() < 2)) {
     return Status::invalid_argument(
