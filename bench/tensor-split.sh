@@ -5,6 +5,7 @@
 #   ffn      the FFN tensor split (`--split-mode ffn-tensor`, plan/ffn_split.h): every layer on both
 #            workers, only the FFNs and the output head split, attention and KV cache whole on each
 #   tensor   llama.cpp's meta device with its own rules (`--split-mode tensor`; not minimax-m3)
+#   ffn-serial  the FFN split with its reductions one copy at a time (--no-overlapped-reduce)
 # Models (`tandem synth`, Q8_0: a K-quant row of 256 cannot be halved in the tiny widths):
 #   tiny     the tiny-qwen3moe preset (2 layers, hidden 256)
 #   mid      qwen3moe, 8 layers, hidden 2048, 32 experts of 768 (8 used): 473 MB read per token
@@ -12,13 +13,15 @@
 # Correctness: the first tokens' top-5 log-probabilities of one process, of each tensor split and of
 # llama-server's own `-sm tensor` over the same workers, side by side (a different order of
 # summation moves them a little; a wrong split moves them a lot), and the greedy tokens.
-# DEVICE=cpu (default): two workers pinned to separate cores, one thread each. DEVICE=gpu: two
+# DEVICE=cpu (default): two workers pinned to separate cores, WORKER_THREADS threads each (default
+# 1), the head on the cores left (unpinned when none is). DEVICE=gpu: two
 # workers sharing the GPU (their speed cannot show: one GPU does both halves), CUDA graphs on, and a
 # SOAK_TOKENS-token generation (default 20480) under the FFN split, its decode speed per 1024 tokens.
 #
 #   bench/tensor-split.sh BUILD_DIR [OUT_DIR]     (default OUT_DIR: bench/results/<date>-<host>-tensor-split)
 # Environment: ROUNDS (default 3), TOKENS (generated per run, default 48), MODELS (default
-# "tiny mid m3"), MODES (default "layer ffn tensor"), DEVICE, SOAK_TOKENS (0: no soak).
+# "tiny mid m3"), MODES (default "layer ffn ffn-serial tensor"; ffn-serial on mid only), DEVICE,
+# WORKER_THREADS, SOAK_TOKENS (0: no soak).
 set -euo pipefail
 build=$(cd "${1:?usage: tensor-split.sh BUILD_DIR [OUT_DIR]}" && pwd)
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,7 +29,7 @@ out=${2:-$here/bench/results/$(date +%Y-%m-%d)-$(hostname)-tensor-split}
 rounds=${ROUNDS:-3}
 tokens=${TOKENS:-48}
 models=${MODELS:-tiny mid m3}
-modes=${MODES:-layer ffn tensor}
+modes=${MODES:-layer ffn ffn-serial tensor}
 device=${DEVICE:-cpu}
 soak=${SOAK_TOKENS:-20480}
 [ "$device" = gpu ] || soak=0
@@ -40,14 +43,16 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 cores=$(nproc)
 # On the CPU each process gets one thread and the workers a core each; on the GPU the threads only
 # feed it.
-threads=1 pin=(taskset -c) one=(--no-cpu-repack)
+wthreads=${WORKER_THREADS:-1}
+threads=$wthreads one=(--no-cpu-repack) head=()
 [ "$device" = gpu ] && threads=4 one=()
+if [ "$device" = cpu ] && [ "$cores" -gt $((2 * wthreads)) ]; then head=(taskset -c $((2 * wthreads))-$((cores - 1))); fi
 "$build/tandem" secret new -o "$work/cluster.key" >/dev/null
 rpc=()
 for i in 0 1; do
   wp=$(free_port) fp=$(free_port)
   run=("$build/tandem" worker --listen 127.0.0.1:$wp --secret-file "$work/cluster.key" --name w$i --threads $threads)
-  [ "$device" = cpu ] && run=(taskset -c $((i % cores)) "${run[@]}")
+  [ "$device" = cpu ] && run=(taskset -c $(((i * wthreads) % cores))-$(((i * wthreads + wthreads - 1) % cores)) "${run[@]}")
   "${run[@]}" >"$work/worker$i.log" 2>&1 &
   pids+=($!)
   sleep 1
@@ -80,14 +85,16 @@ engine() {  # model mode engine-args...: one one-shot run, a JSON line
     layer) split=(--layer-split $((layers / 2)),$((layers - layers / 2))) ;;
     tensor) split=(--layer-split 1,1 --split-mode tensor) ;;
     ffn) split=(--split-mode ffn-tensor) ;;
+    ffn-serial) split=(--split-mode ffn-tensor --no-overlapped-reduce) ;;
   esac
-  "$build/tandem" engine -m "$work/$model.gguf" -p "$prompt" --ignore-eos -t $threads "${one[@]}" \
+  "${head[@]}" "$build/tandem" engine -m "$work/$model.gguf" -p "$prompt" --ignore-eos -t $threads "${one[@]}" \
     --rpc "$rpcs" "${split[@]}" --json "$@" 2>"$work/$model-$mode.err"
 }
 for model in $models; do
   for round in $(seq "$rounds"); do
     for mode in $modes; do
       [ "$mode" = tensor ] && [ "$(arch_of $model)" = minimax-m3 ] && continue
+      [ "$mode" = ffn-serial ] && [ "$model" != mid ] && continue
       echo "tensor-split: $model round $round $mode" >&2
       engine $model $mode -n "$tokens" |
         python3 -c "import json,sys; j=json.load(sys.stdin); print(json.dumps({'model':'$model','mode':'$mode','round':$round,
@@ -130,7 +137,7 @@ PY
 logprobs() {  # name model engine-args...
   local name=$1 model=$2; shift 2
   rm -f "$work/engine.sock"
-  "$build/tandem" engine -m "$work/$model.gguf" --socket "$work/engine.sock" -c 256 -t $threads "${one[@]}" "$@" \
+  "${head[@]}" "$build/tandem" engine -m "$work/$model.gguf" --socket "$work/engine.sock" -c 256 -t $threads "${one[@]}" "$@" \
     >"$work/engine-$name-$model.log" 2>&1 &
   local ep=$!
   timeout 300 python3 "$work/logprobs.py" "$work/engine.sock" "$prompt" > "$work/lp-$name-$model.json" || echo '[]' > "$work/lp-$name-$model.json"
@@ -173,7 +180,7 @@ for model in models:
         result["logprob_gap_vs_one_process"][model] = {
             k.rsplit("-", 1)[0]: gap(one, v) for k, v in lp.items() if k.endswith("-" + model) and not k.startswith("one-")}
     m = {}
-    for mode in ("layer", "ffn", "tensor"):
+    for mode in ("layer", "ffn", "ffn-serial", "tensor"):
         mine = [r for r in runs if r["model"] == model and r["mode"] == mode]
         if not mine:
             continue
@@ -181,7 +188,7 @@ for model in models:
                    "prefill_tps": statistics.median(r["prefill_tps"] for r in mine),
                    "decode_samples": [r["decode_tps"] for r in mine]}
     layer_tokens = next((r["tokens"] for r in runs if r["model"] == model and r["mode"] == "layer"), None)
-    for mode in ("ffn", "tensor"):
+    for mode in ("ffn", "ffn-serial", "tensor"):
         if mode in m and "layer" in m:
             t = next(r["tokens"] for r in runs if r["model"] == model and r["mode"] == mode)
             m[mode]["same_tokens_as_layer_split"] = next((i for i, (x, y) in enumerate(zip(layer_tokens, t)) if x != y), len(t))
@@ -192,7 +199,8 @@ soak = os.path.join(work, "soak.json")
 if os.path.exists(soak):
     j = json.load(open(soak))
     result["soak"] = {"tokens": len(j["tokens"]), "decode_tps": j["decode_tps"], "chunk_tps": j.get("chunk_tps", [])}
-where = {"cpu": f"CPU, {os.cpu_count()} cores, two tandem workers pinned to separate cores, one thread each",
+where = {"cpu": f"CPU, {os.cpu_count()} cores, two tandem workers pinned to separate cores, "
+               f"{os.environ.get('WORKER_THREADS', '1')} thread(s) each",
          "gpu": "one GPU shared by two tandem workers (both halves on one GPU: speed cannot show)"}[device]
 ref = "mid" if "mid" in result["models"] and "ffn" in result["models"]["mid"] else next(
     (k for k, v in result["models"].items() if "ffn" in v and "layer" in v), None)
@@ -204,7 +212,7 @@ if ref:
 json.dump(result, open(os.path.join(out, "results.json"), "w"), indent=2)
 for model, m in result["models"].items():
     line = [f"{model}: decode layer {m['layer']['decode_tps']:.1f} tok/s" if "layer" in m else model + ":"]
-    for mode in ("ffn", "tensor"):
+    for mode in ("ffn", "ffn-serial", "tensor"):
         if mode in m:
             line.append(f"{mode} {m[mode]['decode_tps']:.1f} ({m[mode].get('decode_ratio', 0):.2f}x, prefill "
                         f"{m[mode].get('prefill_ratio', 0):.2f}x, first {m[mode].get('same_tokens_as_layer_split')} tokens as the layer split's)")
