@@ -14,9 +14,10 @@
 # llama-server's own `-sm tensor` over the same workers, side by side (a different order of
 # summation moves them a little; a wrong split moves them a lot), and the greedy tokens.
 # DEVICE=cpu (default): two workers pinned to separate cores, WORKER_THREADS threads each (default
-# 1), the head on the cores left (unpinned when none is). DEVICE=gpu: two
-# workers sharing the GPU (their speed cannot show: one GPU does both halves), CUDA graphs on, and a
-# SOAK_TOKENS-token generation (default 20480) under the FFN split, its decode speed per 1024 tokens.
+# 1), the head on the cores left (unpinned when none is). DEVICE=gpu: the two-box shape of a head
+# with a GPU: the engine's own GPU and one worker's, both on the one GPU here (their speed cannot
+# show: one GPU does both halves), CUDA graphs on, and a SOAK_TOKENS-token generation (default
+# 20480) under the FFN split, its decode speed per 1024 tokens.
 #
 #   bench/tensor-split.sh BUILD_DIR [OUT_DIR]     (default OUT_DIR: bench/results/<date>-<host>-tensor-split)
 # Environment: ROUNDS (default 3), TOKENS (generated per run, default 48), MODELS (default
@@ -49,7 +50,9 @@ threads=$wthreads one=(--no-cpu-repack) head=()
 if [ "$device" = cpu ] && [ "$cores" -gt $((2 * wthreads)) ]; then head=(taskset -c $((2 * wthreads))-$((cores - 1))); fi
 "$build/tandem" secret new -o "$work/cluster.key" >/dev/null
 rpc=()
-for i in 0 1; do
+nworkers=2
+[ "$device" = gpu ] && nworkers=1
+for i in $(seq 0 $((nworkers - 1))); do
   wp=$(free_port) fp=$(free_port)
   run=("$build/tandem" worker --listen 127.0.0.1:$wp --secret-file "$work/cluster.key" --name w$i --threads $threads)
   [ "$device" = cpu ] && run=(taskset -c $(((i * wthreads) % cores))-$(((i * wthreads + wthreads - 1) % cores)) "${run[@]}")
@@ -62,7 +65,7 @@ for i in 0 1; do
   rpc+=(127.0.0.1:$fp)
 done
 sleep 1
-rpcs="${rpc[0]},${rpc[1]}"
+rpcs=$(IFS=,; echo "${rpc[*]}")
 for model in $models; do
   case $model in
     tiny) args=(--preset tiny-qwen3moe) ;;

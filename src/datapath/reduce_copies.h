@@ -1,13 +1,13 @@
 // The tensor splits' reductions through the head, overlapped.
 //
 // llama.cpp's meta device (both tensor splits: engine::Placement) adds the devices' partial sums
-// by copying each device's part to the others: ggml_backend_tensor_copy_async, which between two
-// RPC servers waits for the source, waits for the destination, reads the source over the link and
+// by copying each device's part to the others: ggml_backend_tensor_copy_async, which to or from an
+// RPC server waits for the source, waits for the destination, reads the source (over the link) and
 // writes the destination, one copy after the other. With this on, tandem's definition of that
 // function queues each copy's read at once and writes the destination just before that device
 // next runs a graph or is synchronised: the reads of one reduction travel together, one wait on
-// the link per reduction instead of two round trips per copy. Copies that do not go between two
-// RPC devices are ggml's own.
+// the link per reduction instead of two round trips per copy. Copies with no RPC device on either
+// side are ggml's own.
 #pragma once
 
 #include "common/status.h"
