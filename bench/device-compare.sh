@@ -15,6 +15,10 @@
 #   bench/device-compare.sh check [FLAG]       bench/device-check.sh: GPU tests and the tiny model's tokens, one process and split, ~1 min
 #   bench/device-compare.sh prompt-cache [ROUNDS]  three 8k-token conversations taking turns on one slot, tandem-split
 #                                     against llama-server --cache-ram over the stock split (graphs on), ~6 min a round
+#   bench/device-compare.sh tensor-split      bench/tensor-split.sh on the GPU: the FFN tensor split's tokens against one
+#                                     process, beside the layer split and llama.cpp's, and a 20k-token soak, ~5 min
+#   bench/device-compare.sh tensor-split-cpu  the same on this machine's CPU cores (CUDA hidden), workers of 4
+#                                     threads on cores of their own and the head on the rest, ~4 min
 # Results and logs go to $OUT (the device tool's output folder: for the diagnostic modes, the
 # printed summary and MODE-logs.tar.gz) as well as bench/results/.
 set -euo pipefail
@@ -29,7 +33,7 @@ export TANDEM_CACHE=/tmp/tandem-cache
 preset=${PRESET:-m3-proxy}
 model=/tmp/$preset.gguf
 export OUT=$out
-case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|prompt-cache [ROUNDS]|diag [LAYERS]|load|writes|placement|reuse|contexts|local|prefill|check [FLAG]}" in
+case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|prompt-cache [ROUNDS]|tensor-split|tensor-split-cpu|diag [LAYERS]|load|writes|placement|reuse|contexts|local|prefill|check [FLAG]}" in
   build)
     "$root/scripts/device-build.sh" tandem tandem-engine 2>&1 | tail -5
     ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
@@ -50,6 +54,12 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|prompt-cache [R
       MACHINE=${MACHINE:-h200}-prompt-cache SPLIT_MODE=gpu "$root/bench/compare.sh" "$root/build-cuda" "$model" "${2:-1}"
     run_dir="$root/bench/results/$(date +%Y-%m-%d)-${MACHINE:-h200}-prompt-cache"
     mkdir -p "$out/results" && cp "$run_dir"/results.{json,md} "$out/results/" ;;
+  tensor-split)
+    DEVICE=gpu ROUNDS=${ROUNDS:-2} TOKENS=${TOKENS:-128} MODELS=${MODELS:-mid m3} \
+      "$root/bench/tensor-split.sh" "$root/build-cuda" "$out/tensor-split-gpu" 2>&1 | tail -12 ;;
+  tensor-split-cpu)
+    CUDA_VISIBLE_DEVICES= DEVICE=cpu WORKER_THREADS=4 ROUNDS=${ROUNDS:-3} MODELS=${MODELS:-mid m3} SOAK_TOKENS=0 \
+      "$root/bench/tensor-split.sh" "$root/build-cuda" "$out/tensor-split-cpu" 2>&1 | tail -8 ;;
   load)
     SKIP_COLD=1 LOAD_ONLY=1 CONFIGS="single tandem-split tandem-split" SPLIT_MODE=gpu \
       "$root/bench/compare.sh" "$root/build-cuda" "$model" 1 2>&1 | tee "$out/load.txt" ;;
