@@ -39,9 +39,9 @@ bool rpc_backend(ggml_backend_t b) { return b != nullptr && is_rpc_device(ggml_b
 // Queues the read of `src` on its device; false when the copy is not one this handles.
 bool queue_copy(ggml_backend_t backend_src, ggml_backend_t backend_dst, const ggml_tensor* src, ggml_tensor* dst) {
   if (!g_on.load(std::memory_order_relaxed) || backend_src == backend_dst || backend_src == nullptr ||
-      backend_dst == nullptr || !(rpc_backend(backend_src) || rpc_backend(backend_dst)) ||
-      !ggml_is_contiguous(src) || !ggml_is_contiguous(dst) ||
-      ggml_nbytes(src) != ggml_nbytes(dst) || src->buffer == nullptr || dst->buffer == nullptr) {
+      backend_dst == nullptr || !(rpc_backend(backend_src) || rpc_backend(backend_dst)) || !ggml_is_contiguous(src) ||
+      !ggml_is_contiguous(dst) || ggml_nbytes(src) != ggml_nbytes(dst) || src->buffer == nullptr ||
+      dst->buffer == nullptr) {
     return false;
   }
   Pending p;
