@@ -195,10 +195,17 @@ void Server::load() {
   if (queued_rpc_writes(p))
     rpc_writes_ =
         std::make_unique<datapath::AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
-  if (!p.tandem_workers.empty() && config_.scheduler.prompt_cache_bytes > 0)
+  // Under a tensor split every device holds the whole KV cache, and a state restored through the
+  // meta device gave other tokens than its fresh prefill: no prompt cache there until it does.
+  SchedulerOptions scheduler_options = config_.scheduler;
+  if (p.tensor_parallel() && scheduler_options.prompt_cache_bytes > 0) {
+    scheduler_options.prompt_cache_bytes = 0;
+    log::info("engine", "prompt cache off: a tensor split's restored states are not yet exact");
+  }
+  if (!p.tandem_workers.empty() && scheduler_options.prompt_cache_bytes > 0)
     kv_shares_ = std::make_unique<datapath::KvShares>(p.tandem_workers);
   if (p.queue_local_inputs) local_inputs_ = std::make_unique<datapath::LocalInputCopies>(slots(p.local_input_slots));
-  auto scheduler = Scheduler::create(model_.get(), config_.scheduler);
+  auto scheduler = Scheduler::create(model_.get(), scheduler_options);
   if (!scheduler.is_ok()) return set_failed(scheduler.status().message());
   {
     std::lock_guard<std::mutex> lock(mutex_);

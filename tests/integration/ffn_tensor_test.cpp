@@ -45,7 +45,8 @@ TEST(FfnTensorServe, AnswersAsTheLayerSplitAndSurvivesAWorkerLostMidStream) {
   }
 
   ScratchDir dir;
-  LocalCluster cluster(dir, 2, {"--parallelism", "ffn-tensor"}, {}, kQ8);
+  // One slot: conversations take turns on it, so a returning one is restored or evaluated afresh.
+  LocalCluster cluster(dir, 2, {"--parallelism", "ffn-tensor", "--parallel", "1"}, {}, kQ8);
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
   EXPECT_NE(cluster.log().find("every layer on w0, w1 at once, the FFNs split across them (parallelism ffn-tensor)"),
             std::string::npos)
@@ -55,6 +56,23 @@ TEST(FfnTensorServe, AnswersAsTheLayerSplitAndSurvivesAWorkerLostMidStream) {
   auto r = c.Post("/v1/completions", auth(cluster), completion(12, false).dump(), "application/json");
   ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer") << cluster.log();
   EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], layer_text);
+
+  // Two conversations taking turns on the slot: each returning one gets its own first answer.
+  const auto answer = [&](const std::string& prompt) {
+    json body = completion(8, false);
+    body["prompt"] = prompt;
+    auto res = c.Post("/v1/completions", auth(cluster), body.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no answer");
+    return res && res->status == 200 ? json::parse(res->body)["choices"][0]["text"].get<std::string>() : "";
+  };
+  std::string alice = "Alice asks:", bob = "Bob says:";
+  for (int i = 0; i < 40; ++i) {
+    alice += " the quick brown fox jumps";
+    bob += " a lazy dog sleeps all day";
+  }
+  const std::string a1 = answer(alice), b1 = answer(bob), a2 = answer(alice), b2 = answer(bob);
+  EXPECT_EQ(a2, a1);
+  EXPECT_EQ(b2, b1);
 
   const json st = json::parse(c.Get("/status.json", auth(cluster))->body);
   EXPECT_EQ(st["plan"]["parallelism"], "ffn-tensor") << st.dump();
