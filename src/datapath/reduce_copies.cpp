@@ -69,7 +69,11 @@ bool queue_copy(ggml_backend_t backend_src, ggml_backend_t backend_dst, const gg
 
 }  // namespace
 
-Status enable_overlapped_reduce_copies() {
+Status set_overlapped_reduce_copies(bool on) {
+  if (!on) {
+    g_on = false;
+    return Status::ok();
+  }
   if (dlsym(RTLD_DEFAULT, "ggml_backend_tensor_copy_async") !=
       reinterpret_cast<void*>(&::ggml_backend_tensor_copy_async)) {
     return Status::internal("ggml_backend_tensor_copy_async does not resolve to tandem's definition");

@@ -15,9 +15,9 @@
 
 namespace tandem::datapath {
 
-// Turns the overlapped copies on for the process. Fails when ggml's calls would not reach
-// tandem's definition (a build problem), which leaves ggml's own copies.
-Status enable_overlapped_reduce_copies();
+// Turns the overlapped copies on or off for the process (off: ggml's own copies). Turning them on
+// fails when ggml's calls would not reach tandem's definition (a build problem).
+Status set_overlapped_reduce_copies(bool on);
 bool overlapped_reduce_copies();
 
 // Writes the copies queued for `backend` (their reads done first). The data path calls it before

@@ -188,8 +188,8 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   if (p.meta_tensor_split && p.ffn_tensor_split) {
     return Status::invalid_argument("choose one tensor split: llama.cpp's (meta) or the FFN split");
   }
-  if (p.tensor_parallel() && p.overlapped_reduce) {
-    if (Status s = datapath::enable_overlapped_reduce_copies(); !s.is_ok()) {
+  if (p.tensor_parallel()) {
+    if (Status s = datapath::set_overlapped_reduce_copies(p.overlapped_reduce); !s.is_ok()) {
       log::warn("engine", "the tensor split's reductions run one copy at a time: " + s.message());
     }
   }

@@ -3,6 +3,7 @@
 // on a model whose sums leave no near-ties, and a placement that cannot run that way is refused.
 #include <gtest/gtest.h>
 
+#include "datapath/reduce_copies.h"
 #include "datapath/rpc_writes.h"
 #include "engine/generate.h"
 #include "plan/ffn_split.h"
@@ -104,9 +105,12 @@ TEST(FfnTensorSplit, TwoWorkersGiveOneProcesssTokensOnEachArchitecture) {
     t.placement.rpc_servers = {"127.0.0.1:" + std::to_string(f1->port()), "127.0.0.1:" + std::to_string(f2->port())};
     t.placement.ffn_tensor_split = true;
     const uint64_t a0 = f1->stats().bytes_to_worker, b0 = f2->stats().bytes_to_worker;
+    const unsigned long long copies = datapath::overlapped_copies();
     auto split = generate(t);
     ASSERT_TRUE(split.is_ok()) << split.status().to_string() << w1.log() << w2.log();
     EXPECT_EQ(split->tokens, alone->tokens);
+    // Every layer's reduction went through the overlapped copies: two per layer per token at least.
+    EXPECT_GE(datapath::overlapped_copies() - copies, 2ull * 15);
     // Each worker received its part: the whole part and half of the FFNs and output head, so
     // less than the model, and about what the other did.
     auto info = plan::read_model_info(model);
@@ -119,6 +123,14 @@ TEST(FfnTensorSplit, TwoWorkersGiveOneProcesssTokensOnEachArchitecture) {
     EXPECT_GE(static_cast<double>(to_a), 0.95 * static_cast<double>(policy->device_weight_bytes(0) - embedding));
     EXPECT_LT(to_a, info->tensor_bytes);
     EXPECT_NEAR(static_cast<double>(to_b) / static_cast<double>(to_a), 1.0, 0.1);
+    // ggml's own copies, one at a time, give the same tokens.
+    GenerateOptions serial = t;
+    serial.placement.overlapped_reduce = false;
+    const unsigned long long before = datapath::overlapped_copies();
+    auto one_at_a_time = generate(serial);
+    ASSERT_TRUE(one_at_a_time.is_ok()) << one_at_a_time.status().to_string();
+    EXPECT_EQ(one_at_a_time->tokens, alone->tokens);
+    EXPECT_EQ(datapath::overlapped_copies(), before);
   }
 
   GenerateOptions one_device;
