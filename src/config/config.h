@@ -93,7 +93,7 @@ struct PlanConfig {
   double margin = 0.05;                       // fraction of each device's free memory held back
   uint64_t margin_bytes = uint64_t{1} << 30;  // and this many bytes more
   double hop_ms = 0.5;                        // link cost per cable crossing per token
-  double exchange_ms = 0.1;                   // ffn-tensor: cost of one swap of partial sums
+  double exchange_ms = 0.2;                   // ffn-tensor: cost of one reduction of partial sums
 };
 
 struct Config {

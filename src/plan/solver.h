@@ -37,7 +37,7 @@ struct PlanOptions {
   Parallelism parallelism = Parallelism::layer;
   // ffn-tensor: one swap of the partial sums between the devices (once per layer and for the
   // output head, per generated token).
-  double exchange_seconds = 0.0001;
+  double exchange_seconds = 0.0002;
   // A hand-made split ([model] layers): one share per node, head first; the solver then only
   // checks it and sizes each device. Empty: the solver chooses.
   std::vector<config::LayerShare> layers;
