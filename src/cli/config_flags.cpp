@@ -95,7 +95,7 @@ void add_plan_flags(ConfigFlags& f) {
       ->check(CLI::Range(0.0, 1e6));
   f.value(
        "--exchange-ms", "[plan] exchange_ms", [](Config & c) -> auto& { return c.plan.exchange_ms; },
-       "ffn-tensor: cost of one swap of the FFN's partial sums between the nodes, ms (default 0.2; `tandem link "
+       "ffn-tensor: cost of one reduction of a layer's partial sums across the nodes, ms (default 0.2; `tandem link "
        "exchange` measures a link's)")
       ->check(CLI::Range(0.0, 1e6));
 }
