@@ -111,6 +111,10 @@ TEST_F(Doctor, OneLinePerCheckWithWhatToDoAndFailureExitStatus) {
   EXPECT_NE(line_of(r.out, "PASS  good  secret: mutual handshake accepted by worker 'good'"), "") << r.out;
   EXPECT_NE(line_of(r.out, "PASS  good  versions:"), "") << r.out;
   EXPECT_NE(line_of(r.out, "PASS  good  memory:"), "") << r.out;
+  // Both parallelisms priced for the cluster it found.
+  const std::string parallelism = line_of(r.out, "PASS  plan  parallelism:");
+  EXPECT_NE(parallelism.find("layer (configured): "), std::string::npos) << r.out;
+  EXPECT_NE(parallelism.find("; ffn-tensor: "), std::string::npos) << r.out;
   const std::string link = line_of(r.out, "PASS  good  link: round trip");
   EXPECT_NE(link.find("median of 5"), std::string::npos) << r.out;
   EXPECT_NE(link.find("4.00 MiB each way: head->worker"), std::string::npos) << r.out;
