@@ -17,8 +17,9 @@ std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptio
 // ranges `tandem plan` prints ("-,0-29,30-61"), so a plan can be pinned in tandem.toml.
 std::string layer_shares(const Plan& plan);
 
-// The same as JSON: {"fits", "model", "request", "devices": [...], "split": {...},
-// "seconds_per_token", "tokens_per_second", "failure", "suggestions"}; bytes as integers.
+// The same as JSON: {"fits", "model", "request", "parallelism", "devices": [...], "split": {...},
+// "seconds_per_token", "tokens_per_second", "failure", "suggestions", "exchanges_per_token",
+// "estimates": [{"parallelism", "fits", "tokens_per_second", "failure"}]}; bytes as integers.
 std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOptions& options, int indent = 2);
 
 }  // namespace tandem::plan
