@@ -73,6 +73,15 @@ void LocalCluster::restart_worker(int i) {
   start_worker(i);
 }
 
+std::string LocalCluster::wait_state(const std::string& want, int timeout_ms) {
+  std::string seen;
+  for (int waited = 0; waited <= timeout_ms && seen != want; waited += 100) {
+    seen = state();
+    if (seen != want) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return seen;
+}
+
 std::string LocalCluster::state() {
   httplib::Client c("127.0.0.1", port_);
   c.set_connection_timeout(1, 0);

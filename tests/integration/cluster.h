@@ -24,6 +24,8 @@ class LocalCluster {
   bool wait_ready(int timeout_ms = 60000);
   // /health's "state", or "" when it does not answer.
   std::string state();
+  // Polls state() until it is `want`; the last state seen (== want unless `timeout_ms` passed).
+  std::string wait_state(const std::string& want, int timeout_ms = 5000);
 
   void kill_worker(int i, int signal);
   void restart_worker(int i);

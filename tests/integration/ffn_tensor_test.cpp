@@ -101,12 +101,7 @@ TEST(FfnTensorServe, AnswersAsTheLayerSplitAndSurvivesAWorkerLostMidStream) {
   EXPECT_NE(out.find("w0"), std::string::npos) << "the error names the lost worker: " << out;
   EXPECT_LT(std::chrono::duration<double>(ended - killed).count(), 5.0);
   EXPECT_TRUE(cluster.gateway().running());
-  std::string state;
-  for (int i = 0; i < 50 && state != "degraded"; ++i) {
-    state = cluster.state();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_EQ(state, "degraded");
+  EXPECT_EQ(cluster.wait_state("degraded"), "degraded");
   cluster.restart_worker(0);
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
   auto again = c.Post("/v1/completions", auth(cluster), completion(12, false).dump(), "application/json");

@@ -204,12 +204,7 @@ TEST(PromptCache, AWorkerLostWithItsPartsCostsTheCacheNotTheAnswers) {
   auto lost = post(a);
   ASSERT_TRUE(lost);
   EXPECT_EQ(lost->status, 503) << lost->body;
-  std::string state;
-  for (int i = 0; i < 100 && state != "degraded"; ++i) {
-    state = cluster.state();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_EQ(state, "degraded") << cluster.log();
+  ASSERT_EQ(cluster.wait_state("degraded", 10000), "degraded") << cluster.log();
   cluster.restart_worker(0);
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
   health = json::parse(c.Get("/health", auth(cluster))->body);

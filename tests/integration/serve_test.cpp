@@ -140,12 +140,7 @@ TEST(Serve, AWorkerKilledMidStreamEndsTheStreamWithAnErrorAndTheClusterRecovers)
   EXPECT_NE(s.error.find("w1"), std::string::npos) << "the error names the lost worker: " << s.error;
   EXPECT_LT(std::chrono::duration<double>(ended - killed).count(), 5.0);
   EXPECT_TRUE(cluster.gateway().running());
-  std::string state;
-  for (int i = 0; i < 50 && state != "degraded"; ++i) {
-    state = cluster.state();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_EQ(state, "degraded");
+  EXPECT_EQ(cluster.wait_state("degraded"), "degraded");
   // The engine went with the worker: its live figures must not stay frozen at their last values.
   const json h = json::parse(c.Get("/health", auth(cluster))->body);
   EXPECT_EQ(h["engine"]["state"], "stopped") << h.dump();

@@ -17,6 +17,19 @@ namespace {
 
 using namespace tandem::testing;
 
+// 16 greedy tokens of `model` on one CPU thread in file layout (bit-identical to a split's).
+GenerateOptions sixteen_tokens(const std::string& model) {
+  GenerateOptions o;
+  o.model = model;
+  o.prompt = "Two desktop boxes joined by one cable";
+  o.n_predict = 16;
+  o.n_ctx = 128;
+  o.threads = 1;
+  o.ignore_eos = true;
+  o.placement.cpu_weight_repack = false;
+  return o;
+}
+
 TEST(TensorSplit, TwoWorkersRunEveryLayerAtOnceAndGiveTheLayerSplitsTokens) {
   ScratchDir dir;
   // Q8_0: the meta device halves rows, which a 256-wide K-quant block cannot be.
@@ -30,14 +43,7 @@ TEST(TensorSplit, TwoWorkersRunEveryLayerAtOnceAndGiveTheLayerSplitsTokens) {
   ASSERT_TRUE(w1.up() && w2.up()) << w1.log() << w2.log();
   auto f1 = forward_to(w1, secret);
   auto f2 = forward_to(w2, secret);
-  GenerateOptions o;
-  o.model = model;
-  o.prompt = "Two desktop boxes joined by one cable";
-  o.n_predict = 16;
-  o.n_ctx = 128;
-  o.threads = 1;
-  o.ignore_eos = true;
-  o.placement.cpu_weight_repack = false;
+  GenerateOptions o = sixteen_tokens(model);
   o.placement.rpc_servers = {"127.0.0.1:" + std::to_string(f1->port()), "127.0.0.1:" + std::to_string(f2->port())};
   o.placement.device_layers = {1, 1};
   auto layer = generate(o);
@@ -90,14 +96,7 @@ TEST(FfnTensorSplit, TwoWorkersGiveOneProcesssTokensOnEachArchitecture) {
     spec.type = 8;  // GGML_TYPE_Q8_0: the tiny experts are narrower than a K-quant block
     const std::string model = dir.file(std::string(preset) + ".gguf");
     ASSERT_TRUE(synth::write_model(spec, model, {}).is_ok());
-    GenerateOptions one;
-    one.model = model;
-    one.prompt = "Two desktop boxes joined by one cable";
-    one.n_predict = 16;
-    one.n_ctx = 128;
-    one.threads = 1;
-    one.ignore_eos = true;
-    one.placement.cpu_weight_repack = false;
+    const GenerateOptions one = sixteen_tokens(model);
     auto alone = generate(one);
     ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
 
