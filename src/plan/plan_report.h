@@ -9,8 +9,8 @@
 namespace tandem::plan {
 
 // Per node and device: layer range, weights, KV cache, compute, free memory, margin and headroom
-// (GiB), then the bandwidth bound on decode speed and libllama's split; when the plan does not fit, the
-// reason and the suggestions instead of the speed.
+// (GiB), then the bandwidth bound on decode speed, each parallelism's estimate and libllama's split;
+// when the plan does not fit, the reason and the suggestions instead of the speed.
 std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptions& options);
 
 // The plan's split as [model] layers and --layers take it: one share per node, head first, the
