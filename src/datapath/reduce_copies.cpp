@@ -88,7 +88,9 @@ unsigned long long overlapped_copies() { return g_copies.load(std::memory_order_
 
 void flush_reduce_copies(ggml_backend_t backend) {
   if (!g_any_pending.load(std::memory_order_acquire)) return;
-  std::vector<Pending> mine;
+  // Reused: this runs before every launch of a tensor split's step, twice per layer.
+  thread_local std::vector<Pending> mine;
+  mine.clear();
   {
     std::lock_guard<std::mutex> lock(g_mu);
     for (size_t i = 0; i < g_pending.size();) {
@@ -109,6 +111,7 @@ void flush_reduce_copies(ggml_backend_t backend) {
   }
   std::lock_guard<std::mutex> lock(g_mu);
   for (Pending& p : mine) g_spare.push_back(std::move(p.data));
+  mine.clear();
 }
 
 }  // namespace tandem::datapath
