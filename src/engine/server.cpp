@@ -20,6 +20,7 @@
 #include "datapath/local_inputs.h"
 #include "datapath/rpc_writes.h"
 #include "engine/unix_socket.h"
+#include "plan/ffn_split.h"
 #include "plan/model_info.h"
 
 namespace tandem::engine {
@@ -177,6 +178,11 @@ void Server::load() {
     load_status_.state = "loading";
     load_status_.load.total_bytes = info.is_ok() ? info->tensor_bytes : 0;
     load_start_ = Clock::now();
+  }
+  if (info.is_ok() && config_.load.placement.tensor_parallel()) {
+    const std::string refusal =
+        plan::tensor_split_parallel_refusal(info.value(), static_cast<uint32_t>(config_.scheduler.parallel));
+    if (!refusal.empty()) return set_failed(refusal);
   }
   LoadOptions lo = config_.load;
   lo.progress = [this](float f) { return on_progress(f); };

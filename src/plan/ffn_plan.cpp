@@ -26,6 +26,9 @@ Plan solve_ffn_tensor(const ModelInfo& info, const ModelCosts& c, const std::vec
                    : Result<FfnSplit>(Status::invalid_argument(
                          "the FFN tensor split needs two or more devices that run layers (" + std::to_string(runners) +
                          " here: " + (gpu_head ? "the head's GPU" : "a CPU head runs none") + ")"));
+  if (const std::string refusal = tensor_split_parallel_refusal(info, o.memory.parallel); !refusal.empty()) {
+    split = Status::invalid_argument(refusal);
+  }
   uint64_t kv = 0;
   for (const LayerCost& l : c.layers) kv += l.kv;
   const uint64_t compute = compute_bytes(c, 0, n_layer, true, false, false) + c.input_slots;

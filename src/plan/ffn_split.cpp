@@ -49,6 +49,14 @@ Result<std::vector<int64_t>> ffn_counts(const std::string& down, int64_t n, int 
 
 }  // namespace
 
+std::string tensor_split_parallel_refusal(const ModelInfo& info, uint32_t parallel) {
+  if (parallel <= 1 || info.indexer_n_head == 0) return "";
+  return "a tensor split serves " + (info.arch.empty() ? std::string("this model") : info.arch) +
+         "'s sparse attention one sequence at a time (with more, a second sequence's tokens went wrong "
+         "through llama.cpp's meta device): set [model] parallel = 1 (--parallel 1), or use parallelism "
+         "\"layer\"";
+}
+
 Result<FfnSplit> FfnSplit::make(const ModelInfo& info, size_t n_devices) {
   if (n_devices < 2) return Status::invalid_argument("the FFN tensor split needs at least two devices");
   FfnSplit s;

@@ -30,6 +30,12 @@ struct FfnSplitState {
   uint32_t n_segments = 1;
 };
 
+// Why `info` cannot serve `parallel` sequences at once under a tensor split ("" when it can): with
+// minimax-m3's sparse attention (a model with an indexer), a second sequence in a batch, or a state
+// restored into the cache, gave other tokens than one process through llama.cpp's meta device,
+// while one sequence at a time was exact.
+std::string tensor_split_parallel_refusal(const ModelInfo& info, uint32_t parallel);
+
 class FfnSplit {
  public:
   // The split of `info` over `n_devices` devices (≥ 2), in equal parts as far as the quantisation

@@ -171,6 +171,17 @@ TEST(FfnPlan, WhatCannotRunSoIsNamed) {
   ASSERT_TRUE(tiny.is_ok());
   EXPECT_FALSE(tiny->fits);
   EXPECT_NE(tiny->failure.find("under the FFN tensor split, a needs"), std::string::npos) << tiny->failure;
+  // minimax-m3's sparse attention (a model with an indexer) runs one sequence at a time.
+  ModelInfo sparse = moe(4, 512);
+  sparse.indexer_n_head = 1;
+  PlanOptions two = ffn_options();
+  two.memory.parallel = 2;
+  auto refused_parallel = make_plan(sparse, {box("a", 4096), box("b", 4096)}, two);
+  ASSERT_TRUE(refused_parallel.is_ok());
+  EXPECT_FALSE(refused_parallel->fits);
+  EXPECT_NE(refused_parallel->failure.find("one sequence at a time"), std::string::npos) << refused_parallel->failure;
+  EXPECT_TRUE(make_plan(sparse, {box("a", 4096), box("b", 4096)}, ffn_options())->fits);
+  EXPECT_TRUE(make_plan(m, {box("a", 4096), box("b", 4096)}, two)->fits);
   // A hand split is a layer split.
   PlanOptions hand = ffn_options();
   hand.layers = {{2, 0}, {2, 2}};
