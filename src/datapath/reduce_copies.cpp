@@ -82,8 +82,6 @@ Status set_overlapped_reduce_copies(bool on) {
   return Status::ok();
 }
 
-bool overlapped_reduce_copies() { return g_on.load(std::memory_order_relaxed); }
-
 unsigned long long overlapped_copies() { return g_copies.load(std::memory_order_relaxed); }
 
 void flush_reduce_copies(ggml_backend_t backend) {

@@ -18,7 +18,6 @@ namespace tandem::datapath {
 // Turns the overlapped copies on or off for the process (off: ggml's own copies). Turning them on
 // fails when ggml's calls would not reach tandem's definition (a build problem).
 Status set_overlapped_reduce_copies(bool on);
-bool overlapped_reduce_copies();
 
 // Writes the copies queued for `backend` (their reads done first). The data path calls it before
 // every graph launch and synchronisation of a device; harmless when none is queued.

@@ -28,6 +28,23 @@ GenerateOptions options(const std::string& model) {
   return g;
 }
 
+TEST(Generate, ChunkTimesGiveTheSpeedOfEachRunOfGeneratedTokens) {
+  ScratchDir dir;
+  const std::string model = dir.file("tiny.gguf");
+  ASSERT_TRUE(synth::write_model(synth::preset("tiny").value(), model, {}).is_ok());
+  GenerateOptions o = options(model);
+  o.n_predict = 13;
+  o.chunk_tokens = 4;
+  auto r = generate(o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  // Tokens 1-4, 5-8 and 9-12 after the first: three whole runs of four.
+  ASSERT_EQ(r->chunk_tps.size(), 3u);
+  for (double tps : r->chunk_tps) EXPECT_GT(tps, 0.0);
+  EXPECT_NE(generate_result_json(r.value()).find("\"chunk_tps\""), std::string::npos);
+  o.chunk_tokens = 0;
+  EXPECT_TRUE(generate(o)->chunk_tps.empty());
+}
+
 TEST(Generate, SplitAcrossRpcServersGivesTheTokensOfOneProcess) {
   ScratchDir dir;
   const std::string model = dir.file("tiny.gguf");

@@ -30,13 +30,18 @@ GenerateOptions sixteen_tokens(const std::string& model) {
   return o;
 }
 
+// `preset` in Q8_0 (the meta device halves rows, which a 256-wide K-quant block cannot be), in `dir`.
+std::string q8_model(const ScratchDir& dir, const std::string& preset) {
+  synth::ModelSpec spec = synth::preset(preset).value();
+  spec.type = 8;  // GGML_TYPE_Q8_0
+  const std::string model = dir.file(preset + "-q8.gguf");
+  EXPECT_TRUE(synth::write_model(spec, model, {}).is_ok());
+  return model;
+}
+
 TEST(TensorSplit, TwoWorkersRunEveryLayerAtOnceAndGiveTheLayerSplitsTokens) {
   ScratchDir dir;
-  // Q8_0: the meta device halves rows, which a 256-wide K-quant block cannot be.
-  synth::ModelSpec spec = synth::preset("tiny-qwen3moe").value();
-  spec.type = 8;  // GGML_TYPE_Q8_0
-  const std::string model = dir.file("tq8.gguf");
-  ASSERT_TRUE(synth::write_model(spec, model, {}).is_ok());
+  const std::string model = q8_model(dir, "tiny-qwen3moe");
   const link::Secret secret = make_secret(dir.file("cluster.key"));
   WorkerProcess w1(dir, "box-b", dir.file("cluster.key"));
   WorkerProcess w2(dir, "box-c", dir.file("cluster.key"));
@@ -92,10 +97,7 @@ TEST(FfnTensorSplit, TwoWorkersGiveOneProcesssTokensOnEachArchitecture) {
   auto f2 = forward_to(w2, secret);
   for (const char* preset : {"tiny", "tiny-qwen3moe"}) {
     SCOPED_TRACE(preset);
-    synth::ModelSpec spec = synth::preset(preset).value();
-    spec.type = 8;  // GGML_TYPE_Q8_0: the tiny experts are narrower than a K-quant block
-    const std::string model = dir.file(std::string(preset) + ".gguf");
-    ASSERT_TRUE(synth::write_model(spec, model, {}).is_ok());
+    const std::string model = q8_model(dir, preset);
     const GenerateOptions one = sixteen_tokens(model);
     auto alone = generate(one);
     ASSERT_TRUE(alone.is_ok()) << alone.status().to_string();
@@ -133,7 +135,7 @@ TEST(FfnTensorSplit, TwoWorkersGiveOneProcesssTokensOnEachArchitecture) {
   }
 
   GenerateOptions one_device;
-  one_device.model = dir.file("tiny.gguf");
+  one_device.model = dir.file("tiny-q8.gguf");
   one_device.prompt = "x";
   one_device.n_ctx = 64;
   one_device.placement.rpc_servers = {"127.0.0.1:" + std::to_string(f1->port())};
