@@ -10,10 +10,16 @@ set(TANDEM_LLAMA_PINNED_COMMIT "de3ff815ea7d559ee917f063901b8986f038abc6")
 set(_env_source "$ENV{TANDEM_LLAMA_SOURCE}")
 set(TANDEM_LLAMA_SOURCE "${_env_source}" CACHE PATH
     "Build against this llama.cpp checkout instead of the pinned one (also: env TANDEM_LLAMA_SOURCE)")
-option(TANDEM_CUDA "Build llama.cpp's CUDA backend" OFF)
-if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-  set(CMAKE_CUDA_ARCHITECTURES native)
+# CUDA: AUTO (the default; also env TANDEM_CUDA) builds llama.cpp's CUDA backend when an nvcc is
+# found (PATH, CUDACXX, CUDA_HOME, /usr/local/cuda/bin) and an NVIDIA GPU is visible or
+# CMAKE_CUDA_ARCHITECTURES is given; ON insists, OFF is the CPU only. scripts/cuda-config.sh decides
+# and picks the GPU's architecture (GB10: 121a-real) unless CMAKE_CUDA_ARCHITECTURES says otherwise.
+set(_cuda_default AUTO)
+if(DEFINED ENV{TANDEM_CUDA} AND NOT "$ENV{TANDEM_CUDA}" STREQUAL "")
+  set(_cuda_default "$ENV{TANDEM_CUDA}")
 endif()
+set(TANDEM_CUDA "${_cuda_default}" CACHE STRING "Build llama.cpp's CUDA backend: AUTO, ON or OFF")
+set_property(CACHE TANDEM_CUDA PROPERTY STRINGS AUTO ON OFF)
 
 set(_obtain_env "")
 if(TANDEM_LLAMA_SOURCE)
@@ -27,16 +33,36 @@ if(NOT _rc EQUAL 0)
   message(FATAL_ERROR "Could not obtain llama.cpp (see the message above).")
 endif()
 
-set(_cuda_flag OFF)
-if(TANDEM_CUDA)
-  set(_cuda_flag ON)
+set(_cuda_query --cuda "${TANDEM_CUDA}")
+if(DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT CMAKE_CUDA_ARCHITECTURES STREQUAL "")
+  # Passed with ',' between architectures: a ';' would split the argument here.
+  string(REPLACE ";" "," _arch_arg "${CMAKE_CUDA_ARCHITECTURES}")
+  list(APPEND _cuda_query --arch "${_arch_arg}")
 endif()
-set(_build_args ${LLAMA_SOURCE_DIR} --cuda ${_cuda_flag} --cuda-arch "${CMAKE_CUDA_ARCHITECTURES}")
+if(CMAKE_CUDA_COMPILER)
+  list(APPEND _cuda_query --nvcc "${CMAKE_CUDA_COMPILER}")
+endif()
+execute_process(
+  COMMAND ${PROJECT_SOURCE_DIR}/scripts/cuda-config.sh ${_cuda_query}
+  OUTPUT_VARIABLE _cuda_out RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "CUDA was asked for and cannot be built (see the message above).")
+endif()
+foreach(_k cuda nvcc arch why)
+  string(REGEX MATCH "(^|\n)${_k}=([^\n]*)" _m "${_cuda_out}")
+  set(_cuda_${_k} "${CMAKE_MATCH_2}")
+endforeach()
+message(STATUS "llama.cpp backend: ${_cuda_why}")
+set(TANDEM_CUDA_ENABLED ${_cuda_cuda})
+set(_build_args ${LLAMA_SOURCE_DIR} --cuda ${_cuda_cuda})
+if(_cuda_cuda STREQUAL "ON")
+  list(APPEND _build_args --cuda-arch "${_cuda_arch}" --nvcc "${_cuda_nvcc}")
+endif()
 # The build folder's key comes from these scripts' output: configure again when they change, or an
 # existing build tree would keep linking the llama.cpp build of the old options.
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/scripts/build-llama.sh ${PROJECT_SOURCE_DIR}/scripts/cpu-features.sh
-  ${PROJECT_SOURCE_DIR}/scripts/cpu-probe.c)
+  ${PROJECT_SOURCE_DIR}/scripts/cpu-probe.c ${PROJECT_SOURCE_DIR}/scripts/cuda-config.sh)
 execute_process(
   COMMAND ${PROJECT_SOURCE_DIR}/scripts/build-llama.sh ${_build_args} --configure-only
   OUTPUT_VARIABLE LLAMA_BUILD_DIR OUTPUT_STRIP_TRAILING_WHITESPACE

@@ -3,7 +3,12 @@
 # prints that folder on stdout. Unchanged inputs make this a no-op (one ninja call), so a fresh
 # clone of tandem reuses the build instead of spending ~15 minutes on it again.
 #
-#   build-llama.sh SOURCE_DIR [--cuda ON|OFF] [--cuda-arch LIST] [--build-type TYPE] [--configure-only]
+#   build-llama.sh SOURCE_DIR [--cuda ON|OFF] [--cuda-arch LIST] [--nvcc PATH] [--build-type TYPE]
+#                  [--configure-only]
+#
+# --cuda-arch: CMAKE_CUDA_ARCHITECTURES, separated by ',' or ';' (default native); --nvcc: the CUDA
+# compiler (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc). scripts/cuda-config.sh chooses
+# both for tandem's configure.
 #
 # --configure-only stops after llama.cpp's CMake configure step (seconds): tandem's own configure
 # uses it to learn the build folder, and builds the libraries later, at build time.
@@ -13,13 +18,14 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 die() { echo "build-llama: error: $*" >&2; exit 1; }
 
-src=${1:?usage: build-llama.sh SOURCE_DIR [--cuda ON|OFF] [--cuda-arch LIST]}
+src=${1:?usage: build-llama.sh SOURCE_DIR [--cuda ON|OFF] [--cuda-arch LIST] [--nvcc PATH]}
 shift
-cuda=OFF cuda_arch=native build_type=Release configure_only=0
+cuda=OFF cuda_arch=native nvcc="" build_type=Release configure_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cuda) cuda=$2; shift 2 ;;
     --cuda-arch) cuda_arch=$2; shift 2 ;;
+    --nvcc) nvcc=$2; shift 2 ;;
     --build-type) build_type=$2; shift 2 ;;
     --configure-only) configure_only=1; shift ;;
     *) die "unknown option $1" ;;
@@ -49,7 +55,13 @@ opts=(
 # shellcheck disable=SC2207
 opts+=($("$here/cpu-features.sh"))
 if [ "$cuda" = ON ]; then
-  opts+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch")
+  if [ -z "$nvcc" ]; then
+    nvcc=$(command -v nvcc || true)
+    [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+  fi
+  [ -n "$nvcc" ] && [ -x "$nvcc" ] || die "--cuda ON but no nvcc (give --nvcc PATH)"
+  # ',' separates architectures on the command line (CMake would split a ';' list into arguments).
+  opts+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${cuda_arch//,/;}" -DCMAKE_CUDA_COMPILER="$nvcc")
 else
   opts+=(-DGGML_CUDA=OFF)
 fi
@@ -61,7 +73,7 @@ targets=(llama llama-common ggml ggml-rpc llama-server ggml-rpc-server llama-ben
 readonly CACHE_VERSION=1
 ident=$(git -C "$src" rev-parse HEAD 2>/dev/null || cat "$src/.tandem-commit" 2>/dev/null || echo "$src")
 cc_version=$( (${CC:-cc} --version; ${CXX:-c++} --version) 2>/dev/null | sed -n 1p)
-[ "$cuda" = ON ] && cc_version+=" $(nvcc --version 2>/dev/null | tail -1)"
+[ "$cuda" = ON ] && cc_version+=" $("$nvcc" --version 2>/dev/null | tail -1)"
 key=$(printf '%s\n' "$ident" "${opts[*]}" "$cc_version" "$CACHE_VERSION" | sha256sum | cut -c1-16)
 cache="${TANDEM_CACHE:-$HOME/.cache/tandem}"
 build="$cache/build/llama-${ident:0:12}-$key"
