@@ -6,30 +6,24 @@
 #   ${TANDEM_CACHE:-$HOME/.cache/tandem}/node/openai-<version>-anthropic-<version>/node_modules
 # and are reused when a previous install completed. Prints that node_modules path on stdout (and
 # nothing else there), so a caller can write:
-#   TANDEM_NODE_MODULES=$(scripts/install-node-deps.sh) node tests/integration/openai_client.mjs ...
+#   TANDEM_NODE_MODULES=$(scripts/install-node-deps.sh) "$(scripts/node.sh)" tests/integration/openai_client.mjs ...
 #
 # Environment: TANDEM_CACHE (cache root), TANDEM_OPENAI_VERSION and TANDEM_ANTHROPIC_VERSION
 # (override the pinned versions).
 set -euo pipefail
 
-# openai 7.x: no dependencies of its own, CommonJS and ESM builds. Its package declares Node.js
-# >= 22; on Node.js 20 it loads and every call the harness makes works (checked below, and by the
-# tests), so 20 gets a warning, not a refusal.
+# openai 7.x: no dependencies of its own, CommonJS and ESM builds, Node.js >= 22.
 OPENAI_VERSION="${TANDEM_OPENAI_VERSION:-7.60.0}"
 # @anthropic-ai/sdk 1.x: a few small dependencies, CommonJS and ESM builds, Node.js >= 18.
 ANTHROPIC_VERSION="${TANDEM_ANTHROPIC_VERSION:-1.16.0}"
-NODE_MIN_MAJOR=18
-NODE_DECLARED_MAJOR=22
 
 die() { echo "install-node-deps: $*" >&2; exit 1; }
 
-command -v node >/dev/null || die "node is not installed (Node.js >= $NODE_MIN_MAJOR is needed; scripts/install-deps.sh installs it)"
+# The Node.js the harnesses run on (>= 22; scripts/node.sh installs a pinned one when the system's
+# is older). npm itself may be the distribution's, on its own Node.js: it only unpacks packages.
+node=$("$(dirname "$0")/node.sh") || die "no Node.js >= 22 (scripts/node.sh says why above)"
+node() { "$node" "$@"; }
 command -v npm >/dev/null || die "npm is not installed (scripts/install-deps.sh installs it)"
-node_major=$(node -p 'process.versions.node.split(".")[0]')
-[ "$node_major" -ge "$NODE_MIN_MAJOR" ] ||
-  die "Node.js $(node --version) is too old: the SDKs need Node.js >= $NODE_MIN_MAJOR"
-[ "$node_major" -ge "$NODE_DECLARED_MAJOR" ] ||
-  echo "install-node-deps: note: openai $OPENAI_VERSION declares Node.js >= $NODE_DECLARED_MAJOR; running it on $(node --version)" >&2
 
 cache_root="${TANDEM_CACHE:-$HOME/.cache/tandem}"
 base="$cache_root/node"

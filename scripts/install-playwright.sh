@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the npm package `playwright-core`, pinned, for tests/integration/status_page.mjs: it
-# drives Debian's own Chromium (/usr/bin/chromium, from scripts/install-deps.sh) headless.
+# drives the machine's own Chromium or Chrome (scripts/find-browser.sh) headless.
 # playwright-core downloads no browser (unlike `playwright`), so nothing but the npm registry is
 # needed.
 #
@@ -10,14 +10,14 @@
 set -euo pipefail
 
 VERSION="${TANDEM_PLAYWRIGHT_VERSION:-1.65.1}"
-NODE_MIN_MAJOR=18
 
 die() { echo "install-playwright: $*" >&2; exit 1; }
 
-command -v node >/dev/null || die "node is not installed (scripts/install-deps.sh installs it)"
+# The Node.js the page test runs on (scripts/node.sh: >= 22, a pinned one when the system's is
+# older); npm may be the distribution's.
+node=$("$(dirname "$0")/node.sh") || die "no Node.js >= 22 (scripts/node.sh says why above)"
+node() { "$node" "$@"; }
 command -v npm >/dev/null || die "npm is not installed (scripts/install-deps.sh installs it)"
-node_major=$(node -p 'process.versions.node.split(".")[0]')
-[ "$node_major" -ge "$NODE_MIN_MAJOR" ] || die "Node.js $(node --version) is too old: Node.js >= $NODE_MIN_MAJOR is needed"
 
 base="${TANDEM_CACHE:-$HOME/.cache/tandem}/node"
 dest="$base/playwright-core-$VERSION"
