@@ -1,25 +1,37 @@
 # The two commands of the README, and a few conveniences. All real work is in CMake and scripts/.
 BUILD ?= build
 JOBS ?= $(shell nproc)
+# Extra CMake flags; other flags than last time configure $(BUILD) again (scripts/configure.sh),
+# none keeps its configuration.
 CMAKE_FLAGS ?=
+# TANDEM_CUDA=AUTO|ON|OFF (make variable or environment): llama.cpp's CUDA backend. Unset, CMake's
+# default AUTO builds for CUDA when an nvcc and an NVIDIA GPU are here (docs/building.md, "CUDA").
+ifneq ($(strip $(TANDEM_CUDA)),)
+  CUDA_FLAG := -DTANDEM_CUDA=$(TANDEM_CUDA)
+endif
 
-.PHONY: all deps build demo test bench faults fuzz load format clean
+.PHONY: all deps test-deps configure build demo test bench faults fuzz load format clean
 
 all: build
 
+# What building and `make demo` need (scripts/install-deps.sh); test-deps adds what only the tests
+# need: clang-format 14, a browser where the distribution has one as a package, Node.js >= 22.
 deps:
 	@scripts/install-deps.sh
 
-$(BUILD)/build.ninja: CMakeLists.txt | deps
-	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+test-deps:
+	@scripts/install-deps.sh --test
 
-build: deps $(BUILD)/build.ninja
+configure: deps
+	@scripts/configure.sh $(BUILD) $(CMAKE_FLAGS) $(CUDA_FLAG)
+
+build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
 	@scripts/demo.sh $(BUILD)
 
-test: build
+test: test-deps build
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 900
 
 # The side-by-side comparison on the CPU with the tiny model (bench/compare.sh; GPU runs: BENCH.md).
@@ -31,7 +43,7 @@ bench: build
 # Reliability suites (docs/reliability.md); each prints its figures and fails on a broken promise.
 # faults: every fault case 10 times (root: network namespaces); fuzz: 1M executions per target
 # under ASan + UBSan (installs clang if missing); load: 64 clients for 5 minutes on loopback.
-faults: build
+faults: test-deps build
 	cd $(BUILD) && TANDEM_FAULT_REPORT=$(CURDIR)/$(BUILD)/faults.md tests/faults/faults_test \
 	  --gtest_also_run_disabled_tests --gtest_filter=Faults.DISABLED_Suite
 
@@ -42,8 +54,9 @@ load: build
 	cd $(BUILD) && TANDEM_LOAD_REPORT=$(CURDIR)/$(BUILD)/load.txt tests/load/load_test \
 	  --gtest_also_run_disabled_tests --gtest_filter=Load.DISABLED_Full
 
-# Formats every C++ file of src/ and tests/ by .clang-format (make test checks it).
-format: deps
+# Formats every C++ file of src/ and tests/ by .clang-format with the pinned clang-format 14
+# (make test checks it).
+format: test-deps
 	@scripts/format.sh
 
 clean:
