@@ -1,12 +1,16 @@
 #!/usr/bin/env node
-// The status page in a real browser: Debian's Chromium, headless, driven by playwright-core
-// (scripts/install-playwright.sh). Used by StatusPage.* in status_page_test.cpp, which starts a
+// The status page in a real browser: the machine's Chromium or Chrome (scripts/find-browser.sh),
+// headless, driven by playwright-core (scripts/install-playwright.sh). Used by StatusPage.* in status_page_test.cpp, which starts a
 // worker, this script, then `tandem serve` whose link to the worker runs through the throttling
 // proxy below, so that the model load lasts long enough to be seen.
 //
 //   node tests/integration/status_page.mjs --node-modules DIR --url http://127.0.0.1:PORT/ --key KEY
 //        --proxy-listen PORT --proxy-to HOST:PORT --rate BYTES_PER_S --shots DIR
-//        --expect 'head=no layers' --expect 'w0=4 layers (0–3)'
+//        --expect 'head=no layers' --expect 'w0=4 layers (0–3)' [--browser PATH]
+//
+// --browser: the Chromium or Chrome to drive (default /usr/bin/chromium). A snap's (/snap/...)
+// sees neither the real /tmp nor hidden folders of $HOME, so its profile then goes under
+// ~/snap/<name>/common/, the folder a snap may write.
 //
 // Steps, each with a deadline: the page asks for a key (screenshot key-prompt.png); with the key
 // it shows the load with its progress (loading.png), the nodes with their layer ranges and the
@@ -17,6 +21,7 @@
 import { createRequire } from 'node:module';
 import net from 'node:net';
 import { mkdirSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import process from 'node:process';
 
@@ -84,7 +89,16 @@ async function until(what, fn, ms) {
   fail(`${what} within ${ms / 1000} s (last seen: ${JSON.stringify(last)})`);
 }
 
-const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox'] });
+const executablePath = args.browser || '/usr/bin/chromium';
+const snap = executablePath.match(/^\/snap\/bin\/([^./]+)/);
+if (snap) {
+  // playwright-core makes the browser's profile under os.tmpdir(), which follows TMPDIR.
+  const dir = path.join(os.homedir(), 'snap', snap[1], 'common', 'tandem-playwright');
+  mkdirSync(dir, { recursive: true });
+  process.env.TMPDIR = dir;
+}
+log(`browser: ${executablePath}`);
+const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
 try {
   const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
   const external = [];

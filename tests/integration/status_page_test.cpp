@@ -22,6 +22,20 @@ std::string slurp(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// Runs a script of scripts/ that prints one path: its exit status, the path, what it said on stderr.
+struct ScriptPath {
+  int rc;
+  std::string path, err;
+};
+ScriptPath script_path(const ScratchDir& dir, const std::string& script) {
+  const std::string out = dir.file(script + ".out"), err = dir.file(script + ".err");
+  const int rc =
+      std::system((std::string(TANDEM_SOURCE_DIR) + "/scripts/" + script + " >" + out + " 2>" + err).c_str());
+  std::string path = slurp(out);
+  path.erase(path.find_last_not_of("\n") + 1);
+  return {rc, path, slurp(err)};
+}
+
 struct PageCluster {
   explicit PageCluster(const ScratchDir& dir) {
     EXPECT_EQ(run_tandem("secret new -o " + dir.file("cluster.key"), dir.file("")).exit_code, 0);
@@ -58,9 +72,14 @@ struct PageCluster {
   std::string key;
 };
 
+// Any Chromium or Chrome the machine has (scripts/find-browser.sh: Debian's package, a snap,
+// Google's); skipped, saying so, when it has none.
 TEST(StatusPage, ShowsTheLoadThenReadyAndLiveFiguresInChromium) {
-  ASSERT_EQ(std::system("test -x /usr/bin/chromium"), 0) << "/usr/bin/chromium is missing: run scripts/install-deps.sh";
   ScratchDir dir;
+  const ScriptPath browser = script_path(dir, "find-browser.sh");
+  if (browser.rc != 0) GTEST_SKIP() << "no browser to drive: " << browser.err;
+  const ScriptPath node = script_path(dir, "node.sh");
+  ASSERT_EQ(node.rc, 0) << "scripts/node.sh found no Node.js >= 22: " << node.err;
   PageCluster s(dir);
   const std::string root = TANDEM_SOURCE_DIR;
   const std::string modules_file = dir.file("modules.txt");
@@ -75,27 +94,17 @@ TEST(StatusPage, ShowsTheLoadThenReadyAndLiveFiguresInChromium) {
                       dir.file("worker.log"));
   ASSERT_TRUE(wait_for_port(worker_port, 10000));
   // 1 MiB/s towards the worker: the tiny model takes several seconds to load.
-  ChildProcess page({"/usr/bin/env",
-                     "node",
-                     root + "/tests/integration/status_page.mjs",
-                     "--node-modules",
-                     modules,
-                     "--url",
-                     "http://127.0.0.1:" + std::to_string(port) + "/",
-                     "--key",
-                     s.key,
-                     "--proxy-listen",
-                     std::to_string(proxy_port),
-                     "--proxy-to",
-                     "127.0.0.1:" + std::to_string(worker_port),
-                     "--rate",
-                     "1048576",
-                     "--shots",
-                     std::string(TANDEM_STATUS_SHOTS),
-                     "--expect",
-                     "head=no layers",
-                     "--expect",
-                     "w0=4 layers (0–3)"},
+  ChildProcess page({node.path,        root + "/tests/integration/status_page.mjs",
+                     "--node-modules", modules,
+                     "--browser",      browser.path,
+                     "--url",          "http://127.0.0.1:" + std::to_string(port) + "/",
+                     "--key",          s.key,
+                     "--proxy-listen", std::to_string(proxy_port),
+                     "--proxy-to",     "127.0.0.1:" + std::to_string(worker_port),
+                     "--rate",         "1048576",
+                     "--shots",        std::string(TANDEM_STATUS_SHOTS),
+                     "--expect",       "head=no layers",
+                     "--expect",       "w0=4 layers (0–3)"},
                     dir.file("page.log"));
   ASSERT_TRUE(wait_for_port(proxy_port, 20000)) << slurp(dir.file("page.log"));
   ChildProcess serve(s.serve(dir, port, "127.0.0.1:" + std::to_string(proxy_port), "0,4"), dir.file("serve.log"));
