@@ -3,7 +3,6 @@
 
 #include "cli/commands.h"
 #include "cluster/devices.h"
-#include "common/units.h"
 
 namespace tandem::cli {
 
@@ -22,16 +21,14 @@ void register_devices(CLI::App& app) {
                        {"description", d.description},
                        {"type", d.type},
                        {"free_bytes", d.free_bytes},
-                       {"total_bytes", d.total_bytes}});
+                       {"total_bytes", d.total_bytes},
+                       {"shares_host_memory", d.shares_host_memory}});
       }
       std::printf("%s\n", out.dump(2).c_str());
       return;
     }
-    std::printf("%-8s %-6s %12s %12s  %s\n", "DEVICE", "TYPE", "FREE", "TOTAL", "DESCRIPTION");
-    for (const auto& d : devices) {
-      std::printf("%-8s %-6s %12s %12s  %s\n", d.name.c_str(), d.type.c_str(), format_bytes(d.free_bytes).c_str(),
-                  format_bytes(d.total_bytes).c_str(), d.description.c_str());
-    }
+    // The system memory once, however many devices use it (an integrated GPU shares the CPU's).
+    std::fputs(cluster::format_devices(devices).c_str(), stdout);
   });
 }
 

@@ -18,7 +18,7 @@ using config::Config;
 struct PlanFlags {
   std::string config;
   std::vector<std::string> nodes;
-  bool head_cpu = false, json = false, declared = false;
+  bool head_cpu = false, unified = false, json = false, declared = false;
 };
 
 // The nodes: --node flags, else the config's cluster asked live as `tandem serve` asks it, or its
@@ -30,6 +30,8 @@ std::vector<plan::NodeSpec> resolve_nodes(const PlanFlags& f, const Config& c) {
       const auto kind = i == 0 && f.head_cpu ? plan::DeviceKind::cpu : plan::DeviceKind::gpu;
       auto n = plan::parse_node_flag(f.nodes[i], kind);
       if (!n.is_ok()) fail(n.status().message(), 2);
+      // A CPU head's layers are in its memory, beside everything else: not a unified GPU.
+      for (auto& d : n->devices) d.unified_memory = f.unified && d.kind == plan::DeviceKind::gpu;
       nodes.push_back(n.value());
     }
     return nodes;
@@ -55,8 +57,16 @@ void register_plan(CLI::App& app) {
   cmd->add_flag("--declared", f.declared, "With -c: plan from the memory the file declares, asking no one");
   cmd->add_option("--node", f.nodes, "NAME=MEM[@BW], e.g. box-a=128GiB@273GB/s; the first is the head (repeat)");
   cmd->add_flag("--head-cpu", f.head_cpu, "With --node: the head's layers run on its CPU (no local GPU)");
+  cmd->add_flag("--unified", f.unified,
+                "With --node: each node's GPU shares its system memory (a GB10): the plan holds back the prompt "
+                "cache, the OS's working set and load transients there (as head_device = \"unified\" and [[worker]] "
+                "unified_memory do)");
   cmd->add_flag("--json", f.json, "Print the plan as JSON");
   add_model_flags(flags);
+  flags.size(
+      "--prompt-cache", "[model] prompt_cache",
+      "Memory for the prompt cache on each node (default 8GiB; 0: off): held back on unified-memory nodes",
+      [](Config& c) -> uint64_t& { return c.model.prompt_cache; }, /*zero_off=*/true);
   add_plan_flags(flags);
   cmd->callback([] {
     auto c = flags.resolve(f.config);

@@ -58,8 +58,8 @@ void add_config_flags(ConfigFlags& f) {
       ->type_name("BW");
   f.value(
        "--head-device", "[cluster] head_device", [](Config & c) -> auto& { return c.cluster.head_device; },
-       "Where this machine's layers run: gpu or cpu")
-      ->check(CLI::IsMember({"gpu", "cpu"}));
+       "Where this machine's layers run: gpu, unified (a GPU sharing the system memory, as a GB10's) or cpu")
+      ->check(CLI::IsMember({"gpu", "unified", "cpu"}));
   f.toggle(
       "--backtraces", "[cluster] backtraces", [](Config & c) -> auto& { return c.cluster.backtraces; }, true,
       "Let ggml print a gdb backtrace into the log when the engine aborts (debugging only)");

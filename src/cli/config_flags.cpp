@@ -89,6 +89,13 @@ void add_plan_flags(ConfigFlags& f) {
       ->check(CLI::Range(0.0, 0.99));
   f.size("--margin-bytes", "[plan] margin_bytes", "Bytes held back on each device on top (default 1GiB)",
          [](Config& c) -> uint64_t& { return c.plan.margin_bytes; });
+  f.size(
+      "--os-reserve", "[plan] os_reserve",
+      "Unified-memory boxes: the OS's working set held back beyond the free figure (default 1GiB)",
+      [](Config& c) -> uint64_t& { return c.plan.os_reserve; }, /*zero_off=*/true);
+  f.size(
+      "--load-reserve", "[plan] load_reserve", "Unified-memory boxes: a load's transients held back (default 1GiB)",
+      [](Config& c) -> uint64_t& { return c.plan.load_reserve; }, /*zero_off=*/true);
   f.value(
        "--hop-ms", "[plan] hop_ms", [](Config & c) -> auto& { return c.plan.hop_ms; },
        "Link cost per cable crossing per token, ms (default 0.5)")

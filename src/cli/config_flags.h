@@ -65,7 +65,7 @@ class ConfigFlags {
 };
 
 // The flags every command that plans takes alike: the model and its shape ([model] path, context,
-// parallel, kv_type, layers) and the planner's margins ([plan]).
+// parallel, kv_type, layers) and the planner's margins and reserves ([plan]).
 void add_model_flags(ConfigFlags& f);
 void add_plan_flags(ConfigFlags& f);
 

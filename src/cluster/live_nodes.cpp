@@ -51,6 +51,10 @@ plan::NodeSpec node_from_status(const config::WorkerConfig& w, const nlohmann::j
     s.kind = type == "cpu" ? plan::DeviceKind::cpu : plan::DeviceKind::gpu;
     s.hardware = type == "cpu" ? "cpu" : "gpu";
     s.free_bytes = d.value("free_bytes", uint64_t{0});
+    s.reported = true;
+    // A worker of an earlier build says only its type; ggml's "igpu" is an integrated GPU.
+    const bool shares = d.value("shares_host_memory", type == "igpu");
+    s.unified_memory = type != "cpu" && (shares || w.unified_memory);
     s.bandwidth = w.bandwidth.value_or(plan::kDefaultBandwidth);
     s.bandwidth_assumed = !w.bandwidth.has_value();
     (s.kind == plan::DeviceKind::cpu ? cpus : gpus).push_back(s);
@@ -76,6 +80,8 @@ plan::NodeSpec head_node(const config::Config& c) {
     s.kind = use_cpu ? plan::DeviceKind::cpu : plan::DeviceKind::gpu;
     s.hardware = use_cpu ? "cpu" : "gpu";
     s.free_bytes = d.free_bytes;
+    s.reported = true;
+    s.unified_memory = !use_cpu && (d.shares_host_memory || c.cluster.head_device == "unified");
     s.bandwidth = c.cluster.head_bandwidth.value_or(plan::kDefaultBandwidth);
     s.bandwidth_assumed = !c.cluster.head_bandwidth.has_value();
     head.devices.push_back(s);

@@ -15,12 +15,15 @@
 namespace tandem::cluster {
 
 // The head from its own devices (its GPUs, else its CPU); [cluster] head_memory caps their free
-// memory, head_bandwidth sets their bandwidth.
+// memory, head_bandwidth sets their bandwidth. A GPU that shares the system memory (ggml's
+// integrated GPU, or head_device "unified") is a unified-memory device.
 plan::NodeSpec head_node(const config::Config& c);
 
 // A worker as the planner sees it, from its control-channel `status`: the devices its RPC server
 // offers (the GPUs, else the CPU), each an offload device for the head, their free memory capped
-// by the [[worker]] memory.
+// by the [[worker]] memory; a GPU that shares the worker's system memory (its `shares_host_memory`,
+// or type "igpu" from a worker that does not say, or [[worker]] unified_memory) is a unified-memory
+// device.
 plan::NodeSpec node_from_status(const config::WorkerConfig& w, const nlohmann::json& status);
 
 // Hears each answer and each failure while query_workers asks a worker: its name and the outcome.

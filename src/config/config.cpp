@@ -205,7 +205,7 @@ TableReader cluster_reader(const std::string& src, ClusterConfig* c) {
   r.on("head_name", string_into(&c->head_name));
   r.on("head_memory", bytes_into(&c->head_memory));
   r.on("head_bandwidth", bandwidth_into(&c->head_bandwidth));
-  r.on("head_device", one_of_into(&c->head_device, {"gpu", "cpu"}));
+  r.on("head_device", one_of_into(&c->head_device, {"gpu", "cpu", "unified"}));
   r.on("backtraces", bool_into(&c->backtraces));
   return r;
 }
@@ -216,6 +216,7 @@ TableReader worker_reader(const std::string& src, WorkerConfig* w) {
   r.on("address", string_into(&w->address));
   r.on("memory", bytes_into(&w->memory));
   r.on("bandwidth", bandwidth_into(&w->bandwidth));
+  r.on("unified_memory", bool_into(&w->unified_memory));
   r.on("listen", string_into(&w->listen));
   r.on("cache_dir", string_into(&w->cache_dir));
   r.on("cache_max_size", bytes_into(&w->cache_max_size));
@@ -285,6 +286,18 @@ TableReader plan_reader(const std::string& src, PlanConfig* p) {
   });
   r.on("hop_ms", number_into(&p->hop_ms, 0, 1e6));
   r.on("exchange_ms", number_into(&p->exchange_ms, 0, 1e6));
+  r.on("os_reserve", [p](const toml::node& n) -> Status {
+    std::optional<uint64_t> v;
+    TANDEM_RETURN_IF_ERROR(bytes_into(&v)(n));
+    p->os_reserve = *v;
+    return Status::ok();
+  });
+  r.on("load_reserve", [p](const toml::node& n) -> Status {
+    std::optional<uint64_t> v;
+    TANDEM_RETURN_IF_ERROR(bytes_into(&v)(n));
+    p->load_reserve = *v;
+    return Status::ok();
+  });
   return r;
 }
 

@@ -34,8 +34,10 @@ struct ClusterConfig {
   std::string head_name = "head";        // how plans and reports name this machine
   std::optional<uint64_t> head_memory;   // bytes the model may use on the head (dry-run plans)
   std::optional<double> head_bandwidth;  // bytes per second
-  std::string head_device = "gpu";       // "gpu" (GPU or unified memory) or "cpu" (layers on the CPU)
-  bool backtraces = false;               // ggml's gdb backtraces in the engine's and RPC servers' logs
+  // "gpu" (a GPU; unified memory when ggml says it is integrated), "unified" (a GPU that shares the
+  // system memory, said outright: declared plans count its reserves) or "cpu" (layers on the CPU).
+  std::string head_device = "gpu";
+  bool backtraces = false;  // ggml's gdb backtraces in the engine's and RPC servers' logs
 };
 
 struct WorkerConfig {
@@ -43,6 +45,7 @@ struct WorkerConfig {
   std::string address;              // "host:port" of the worker's authenticated listener
   std::optional<uint64_t> memory;   // declared free memory (dry-run plans without asking it)
   std::optional<double> bandwidth;  // bytes per second
+  bool unified_memory = false;      // its GPU shares its system memory (GB10), whatever it reports
   // The worker's own settings (`tandem systemd --role worker` writes them into its unit):
   std::string listen;                      // address the worker binds; "" = 0.0.0.0 and the port of `address`
   std::string cache_dir;                   // its weight cache folder; "" = none
@@ -94,6 +97,10 @@ struct PlanConfig {
   uint64_t margin_bytes = uint64_t{1} << 30;  // and this many bytes more
   double hop_ms = 0.5;                        // link cost per cable crossing per token
   double exchange_ms = 0.2;                   // ffn-tensor: cost of one reduction of partial sums
+  // Held back on unified-memory nodes beside the margin (plan::HostReserve): the OS's working set
+  // beyond the free figure, and a load's transients.
+  uint64_t os_reserve = uint64_t{1} << 30;
+  uint64_t load_reserve = uint64_t{1} << 30;
 };
 
 struct Config {

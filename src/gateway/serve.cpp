@@ -18,6 +18,7 @@
 #include "datapath/switches.h"
 #include "gateway/api_server.h"
 #include "gateway/keys.h"
+#include "gateway/restart_memory.h"
 #include "gateway/status_page.h"
 #include "gateway/supervisor.h"
 #include "link/control.h"
@@ -277,6 +278,10 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.engine_flags = engine_flags_for(p->split, c.model.engine_flags);
   so.canary_interval = std::chrono::seconds(c.server.canary_interval_s);
   so.log = log;
+  // Before a restart, the memory the plan counted on must be free again on every node it uses.
+  so.memory_check = [c, secret, needs = memory_needs(p.value())] {
+    return check_memory(needs, memory_now(c, secret ? &*secret : nullptr, needs));
+  };
   so.progress_tty = ::isatty(STDERR_FILENO) != 0 && log::format() == log::Format::text;
   auto started = std::make_unique<Supervisor>(so);
   started->set_busy_probe([&api] { return api.in_flight(); });

@@ -190,7 +190,7 @@ void Supervisor::tick() {
       std::lock_guard<std::mutex> lock(mutex_);
       due = Clock::now() >= restart_at_;
     }
-    if (due && workers_free()) spawn_engine();
+    if (due && workers_free() && memory_free()) spawn_engine();
     return;
   }
   if (!connected) {
@@ -257,6 +257,29 @@ bool Supervisor::workers_free() {
   refused_ = refused;
   if (refused.empty()) return true;
   last_error_ = refused.begin()->second;
+  restart_at_ = Clock::now() + std::chrono::seconds(5);
+  return false;
+}
+
+bool Supervisor::memory_free() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!options_.memory_check || restarts_ == 0) return true;
+  }
+  const std::string short_of = options_.memory_check();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (short_of.empty()) {
+    if (!memory_short_.empty()) log("the memory the plan needs is free again: restarting the engine");
+    memory_short_.clear();
+    return true;
+  }
+  // Logged when it starts and then once a minute; /health carries the latest figures.
+  if (memory_short_.empty() || Clock::now() - memory_logged_ >= std::chrono::seconds(60)) {
+    log("not restarting the engine yet: " + short_of);
+    memory_logged_ = Clock::now();
+  }
+  memory_short_ = short_of;
+  last_error_ = "waiting for memory before restarting the engine: " + short_of;
   restart_at_ = Clock::now() + std::chrono::seconds(5);
   return false;
 }

@@ -58,6 +58,10 @@ struct SupervisorOptions {
   std::chrono::seconds canary_interval{30};
   std::chrono::seconds canary_timeout{60};
   std::chrono::milliseconds heartbeat_deadline{5000};
+  // Before the engine starts again (not the first time): "" when the memory the plan needs is free
+  // on every node, else which device is short and what holds memory there (restart_memory.h); the
+  // restart waits meanwhile. May be empty: no check.
+  std::function<std::string()> memory_check;
   std::function<void(const std::string&)> log;  // one line per event; may be empty
   bool progress_tty = false;                    // draw the load progress as a bar (else log lines)
 };
@@ -89,6 +93,9 @@ class Supervisor {
   // True when no worker serves another head; otherwise records which do (health shows them
   // `refused`), logs each change once, and the engine waits for them.
   bool workers_free();
+  // True before the first start, and when options_.memory_check finds the memory free; otherwise
+  // records why (health shows it), logs it, and the restart waits.
+  bool memory_free();
   void kill_engine(const std::string& why, bool backoff = false);
   // Asks each worker for its cache listing and writes it beside the engine's socket: the
   // engine's --worker-cache arguments (none for a worker without cache or answer).
@@ -125,6 +132,8 @@ class Supervisor {
   uint64_t canary_seq_ = 0;
   std::unique_ptr<ProgressMeter> meter_;
   std::map<std::string, std::string> refused_;  // worker name -> why it refuses us (another head)
+  std::string memory_short_;                    // why the last memory check held the restart back
+  std::chrono::steady_clock::time_point memory_logged_{};
 };
 
 }  // namespace tandem::gateway

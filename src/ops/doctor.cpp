@@ -177,17 +177,22 @@ class Doctor {
       return std::nullopt;
     }
     for (const auto& lw : live_) {
-      uint64_t need = 0, free_bytes = 0;
+      uint64_t need = 0, free_bytes = 0, reserved = 0;
       int64_t headroom = 0;
       int first = -1, n = 0;
       for (const auto& d : p->devices) {
         if (d.node != lw.config->name) continue;
         need += d.need();
         free_bytes += d.free_bytes;
+        reserved += d.reserve.total();
         headroom += d.headroom();
         if (d.n_layers > 0 && first < 0) first = d.first_layer;
         n += d.n_layers;
       }
+      // A unified-memory box (GB10) also holds back its prompt cache, the OS and load transients.
+      const std::string after =
+          " to spare after the margin" +
+          (reserved > 0 ? " and " + format_bytes(reserved) + " of unified-memory reserves" : std::string());
       if (n == 0) {
         add(lw.config->name, "memory", Verdict::pass,
             "the plan gives it no layers (the model fits on fewer nodes); " + format_bytes(free_bytes) + " free");
@@ -195,12 +200,12 @@ class Doctor {
         add(lw.config->name, "memory", Verdict::pass,
             "every layer with its part of each FFN (parallelism ffn-tensor) needs " + format_bytes(need) + " of " +
                 format_bytes(free_bytes) + " free, " +
-                format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, headroom))) + " to spare after the margin");
+                format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, headroom))) + after);
       } else {
         add(lw.config->name, "memory", Verdict::pass,
             "layers " + std::to_string(first) + "-" + std::to_string(first + n - 1) + " need " + format_bytes(need) +
                 " of " + format_bytes(free_bytes) + " free, " +
-                format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, headroom))) + " to spare after the margin");
+                format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, headroom))) + after);
       }
     }
     if (partial) {

@@ -59,6 +59,13 @@ Status validate_nodes(const std::vector<NodeSpec>& nodes) {
     if (n.devices.empty()) return Status::invalid_argument("node '" + n.name + "' has no device");
     for (const DeviceSpec& d : n.devices) {
       if (!(d.bandwidth > 0)) return Status::invalid_argument("node '" + n.name + "': bandwidth must be positive");
+      if (d.reported && d.free_bytes == 0) {
+        return Status::unavailable(
+            "device " + d.name + " on " + n.name +
+            " reports 0 bytes free: its driver could not be asked for its memory (ggml reports 0/0 when "
+            "cudaMemGetInfo fails, as seen on GB10), and tandem does not plan on a guess; check the GPU "
+            "(nvidia-smi, dmesg), restart its driver or the box, or leave the device out ([[worker]] devices)");
+      }
       if (i > 0 || d.kind == DeviceKind::gpu) ++offload;
     }
   }

@@ -31,6 +31,13 @@ struct DeviceSpec {
   double bandwidth = kDefaultBandwidth;  // bytes per second
   bool bandwidth_assumed = false;        // not given: kDefaultBandwidth was used
   std::string hardware;                  // what it is, "cpu" or "gpu", when known (reports show it)
+  // A GPU that shares its node's system memory (an integrated GPU: NVIDIA GB10). Its free memory
+  // is MemAvailable-style, and the plan holds back there what the node keeps beside the model:
+  // the prompt cache, the OS's working set, load transients (HostReserve, memory_model.h).
+  bool unified_memory = false;
+  // free_bytes is what the device itself reported (a live plan), not a declared figure: 0 then
+  // means its driver could not be asked, and the planner refuses the device by name.
+  bool reported = false;
 };
 
 struct NodeSpec {
@@ -48,7 +55,8 @@ Result<NodeSpec> parse_node_flag(const std::string& text, DeviceKind kind = Devi
 Result<double> parse_bandwidth(const std::string& text);
 
 // Checks a node list: at least one node, unique non-empty names, at least one device per node,
-// at most kMaxRpcServers workers and kMaxOffloadDevices offload devices.
+// at most kMaxRpcServers workers and kMaxOffloadDevices offload devices, no device that reported
+// 0 bytes free (an error naming it: ggml gives 0/0 when it cannot ask the driver).
 Status validate_nodes(const std::vector<NodeSpec>& nodes);
 
 }  // namespace tandem::plan

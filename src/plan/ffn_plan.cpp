@@ -47,6 +47,8 @@ Plan solve_ffn_tensor(const ModelInfo& info, const ModelCosts& c, const std::vec
       d.host = n == 0 && i == 0;
       d.free_bytes = spec.free_bytes;
       d.margin = margin_bytes(o.memory, spec.free_bytes);
+      d.unified_memory = spec.unified_memory;
+      d.reserve = host_reserve(o.memory, nodes[n], i);
       d.bandwidth = spec.bandwidth;
       d.bandwidth_assumed = spec.bandwidth_assumed;
       if (d.host) {
@@ -66,11 +68,15 @@ Plan solve_ffn_tensor(const ModelInfo& info, const ModelCosts& c, const std::vec
         ++k;
       }
       if (d.headroom() < 0 && short_of.empty()) {
-        const uint64_t usable = d.free_bytes > d.margin ? d.free_bytes - d.margin : 0;
+        const uint64_t held = d.margin + d.reserve.total();
+        const uint64_t usable = d.free_bytes > held ? d.free_bytes - held : 0;
         short_of = d.node + " needs " + format_bytes(d.need()) + " for its part of every layer (weights " +
                    format_bytes(d.weights) + ", KV " + format_bytes(d.kv) + ", compute " + format_bytes(d.compute) +
-                   ") but has " + format_bytes(usable) + " after the " + format_bytes(d.margin) + " margin: short by " +
-                   format_bytes(d.need() - usable);
+                   ") but has " + format_bytes(usable) + " after the " + format_bytes(d.margin) + " margin" +
+                   (d.reserve.total() > 0 ? " and " + format_bytes(d.reserve.total()) + " held for its prompt cache, " +
+                                                "the OS and load transients (unified memory)"
+                                          : "") +
+                   ": short by " + format_bytes(d.need() - usable);
       }
       plan.devices.push_back(d);
     }

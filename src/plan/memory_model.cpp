@@ -104,6 +104,15 @@ std::vector<int> smaller_kv_types(int type) {
 
 uint64_t kv_cells(const MemoryOptions& o) { return pad256(o.context) * o.parallel; }
 
+HostReserve host_reserve(const MemoryOptions& o, const NodeSpec& node, size_t device) {
+  for (size_t i = 0; i < node.devices.size(); ++i) {
+    if (!node.devices[i].unified_memory) continue;
+    if (i != device) return {};
+    return HostReserve{o.prompt_cache, o.os_reserve, o.load_reserve};
+  }
+  return {};
+}
+
 uint64_t margin_bytes(const MemoryOptions& o, uint64_t free_bytes) {
   return static_cast<uint64_t>(static_cast<double>(free_bytes) * o.margin_fraction) + o.margin_bytes;
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "plan/cluster.h"
 #include "plan/model_info.h"
 
 namespace tandem::plan {
@@ -39,7 +40,27 @@ struct MemoryOptions {
   // docs/planning.md for how to choose these there.
   double margin_fraction = 0.05;
   uint64_t margin_bytes = uint64_t{1} << 30;
+  // Held back once per unified-memory node (a GPU that shares the system memory, e.g. GB10),
+  // beside the margin, because there they come out of the model's memory (HostReserve):
+  uint64_t prompt_cache = 0;                  // the prompt cache's states on each node ([model] prompt_cache)
+  uint64_t os_reserve = uint64_t{1} << 30;    // the OS's working set beyond the free figure ([plan] os_reserve)
+  uint64_t load_reserve = uint64_t{1} << 30;  // a load's transients ([plan] load_reserve)
 };
+
+// What a unified-memory node holds back beside the model and the margin. Its free figure is
+// MemAvailable-style, which leaves out what the OS held when it was read; what this adds is what
+// comes once the model is served: the prompt cache's states (bounded by [model] prompt_cache on
+// each node), the OS's working set beyond that figure (tandem's own processes and their CUDA
+// context, services, the page cache the kernel will not give back at once), and the transients of
+// a load (libllama's and the worker's staging buffers, the page cache of files being read).
+struct HostReserve {
+  uint64_t prompt_cache = 0, os = 0, load = 0;
+  uint64_t total() const { return prompt_cache + os + load; }
+};
+
+// The reserve of device `device` of `node`: the whole reserve on the node's first unified-memory
+// device (a node's devices share one pool, held back once), nothing elsewhere.
+HostReserve host_reserve(const MemoryOptions& options, const NodeSpec& node, size_t device);
 
 // Cells of the KV cache as llama.cpp sizes them: each sequence's context rounded up to 256,
 // times the sequences.

@@ -11,6 +11,9 @@ Result<PlanOptions> plan_options_from_config(const config::Config& c) {
   o.memory.kv_type = kv.value();
   o.memory.margin_fraction = c.plan.margin;
   o.memory.margin_bytes = c.plan.margin_bytes;
+  o.memory.prompt_cache = c.model.prompt_cache;
+  o.memory.os_reserve = c.plan.os_reserve;
+  o.memory.load_reserve = c.plan.load_reserve;
   o.hop_seconds = c.plan.hop_ms / 1e3;
   o.exchange_seconds = c.plan.exchange_ms / 1e3;
   o.parallelism = c.model.parallelism == "ffn-tensor" ? Parallelism::ffn_tensor : Parallelism::layer;
@@ -29,7 +32,8 @@ Result<std::vector<NodeSpec>> declared_nodes(const config::Config& c) {
   DeviceSpec dev;
   dev.name = c.cluster.head_device == "cpu" ? "CPU" : "GPU";
   dev.kind = c.cluster.head_device == "cpu" ? DeviceKind::cpu : DeviceKind::gpu;
-  dev.hardware = c.cluster.head_device;
+  dev.hardware = c.cluster.head_device == "cpu" ? "cpu" : "gpu";
+  dev.unified_memory = c.cluster.head_device == "unified";
   dev.free_bytes = *c.cluster.head_memory;
   dev.bandwidth = c.cluster.head_bandwidth.value_or(kDefaultBandwidth);
   dev.bandwidth_assumed = !c.cluster.head_bandwidth.has_value();
@@ -45,6 +49,7 @@ Result<std::vector<NodeSpec>> declared_nodes(const config::Config& c) {
     n.address = w.address;
     DeviceSpec d;
     d.name = "GPU";
+    d.unified_memory = w.unified_memory;
     d.free_bytes = *w.memory;
     d.bandwidth = w.bandwidth.value_or(kDefaultBandwidth);
     d.bandwidth_assumed = !w.bandwidth.has_value();

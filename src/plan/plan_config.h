@@ -11,13 +11,15 @@
 
 namespace tandem::plan {
 
-// [model] context/parallel/kv_type/layers and [plan] margin/margin_bytes/hop_ms as solver options:
+// [model] context/parallel/kv_type/layers/prompt_cache and [plan] margin/margin_bytes/os_reserve/
+// load_reserve/hop_ms as solver options:
 // every command that plans from a config (plan -c, serve, doctor, worker seed -c) takes them here.
 // Errors name the key ("[model] kv_type: unknown KV cache type 'q3'").
 Result<PlanOptions> plan_options_from_config(const config::Config& config);
 
 // The nodes as the config declares them, asking no one: the head ([cluster] head_memory,
-// head_device, head_bandwidth) then each [[worker]] (memory, bandwidth), one device each. For
+// head_device, head_bandwidth) then each [[worker]] (memory, bandwidth, unified_memory), one
+// device each; head_device "unified" and unified_memory make a unified-memory node. For
 // planning where the live figures cannot be had (`tandem plan -c --declared`, `tandem worker seed
 // -c` on a worker). Error: a node without a declared memory, named.
 Result<std::vector<NodeSpec>> declared_nodes(const config::Config& config);

@@ -61,18 +61,37 @@ std::string request_text(const ModelInfo& info, const PlanOptions& o) {
 std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptions& o) {
   std::ostringstream out;
   out << "model    " << request_text(info, o) << "\n\n";
+  // A unified-memory node's reserve gets its own column; plans without one keep the usual table.
+  bool reserved = false;
+  for (const DeviceAssignment& d : plan.devices) reserved = reserved || d.reserve.total() > 0;
   char line[320];
-  std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s %8s %8s %9s %8s\n", "node", "device", "layers",
-                "weights", "KV", "compute", "free", "margin", "headroom", "ms/tok");
+  std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s %8s %8s", "node", "device", "layers", "weights", "KV",
+                "compute", "free", "margin");
+  out << line << (reserved ? "  reserved" : "");
+  std::snprintf(line, sizeof line, " %9s %8s\n", "headroom", "ms/tok");
   out << line;
   for (const DeviceAssignment& d : plan.devices) {
-    std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s %8s %8s %9s %8.2f\n", d.node.c_str(),
-                  d.device.c_str(), layers_text(d).c_str(), gib(d.weights).c_str(), gib(d.kv).c_str(),
-                  gib(d.compute).c_str(), gib(d.free_bytes).c_str(), gib(d.margin).c_str(),
-                  signed_gib(d.headroom()).c_str(), d.seconds_per_token * 1e3);
+    std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s %8s %8s", d.node.c_str(), d.device.c_str(),
+                  layers_text(d).c_str(), gib(d.weights).c_str(), gib(d.kv).c_str(), gib(d.compute).c_str(),
+                  gib(d.free_bytes).c_str(), gib(d.margin).c_str());
+    out << line;
+    if (reserved) {
+      std::snprintf(line, sizeof line, " %9s", gib(d.reserve.total()).c_str());
+      out << line;
+    }
+    std::snprintf(line, sizeof line, " %9s %8.2f\n", signed_gib(d.headroom()).c_str(), d.seconds_per_token * 1e3);
     out << line;
   }
-  out << "(GiB; headroom = free - margin - weights - KV - compute)\n";
+  out << (reserved ? "(GiB; headroom = free - margin - reserved - weights - KV - compute)\n"
+                   : "(GiB; headroom = free - margin - weights - KV - compute)\n");
+  for (const DeviceAssignment& d : plan.devices) {
+    if (!d.unified_memory || d.reserve.total() == 0) continue;
+    out << d.node << (d.device != d.node ? "/" + d.device : "")
+        << ": unified memory (the GPU shares the system's): free is MemAvailable-style; reserved "
+        << gib(d.reserve.total()) << " GiB = prompt cache " << gib(d.reserve.prompt_cache) << " + OS "
+        << gib(d.reserve.os) << " + load transients " << gib(d.reserve.load)
+        << " ([model] prompt_cache, [plan] os_reserve, load_reserve)\n";
+  }
   std::string assumed;
   for (const DeviceAssignment& d : plan.devices) {
     if (d.bandwidth_assumed) assumed += (assumed.empty() ? "" : ", ") + d.node;
@@ -141,27 +160,34 @@ std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOpti
                   {"kv_cells", kv_cells(o.memory)},
                   {"margin_fraction", o.memory.margin_fraction},
                   {"margin_bytes", o.memory.margin_bytes},
+                  {"prompt_cache", o.memory.prompt_cache},
+                  {"os_reserve", o.memory.os_reserve},
+                  {"load_reserve", o.memory.load_reserve},
                   {"hop_seconds", o.hop_seconds},
                   {"exchange_seconds", o.exchange_seconds}};
   j["parallelism"] = parallelism_name(plan.parallelism);
   nlohmann::ordered_json devices = nlohmann::ordered_json::array();
   for (const DeviceAssignment& d : plan.devices) {
-    devices.push_back({{"node", d.node},
-                       {"device", d.device},
-                       {"kind", d.hardware},
-                       {"first_layer", d.first_layer},
-                       {"n_layers", d.n_layers},
-                       {"embedding", d.host || d.embedding_copy},
-                       {"output", d.output},
-                       {"weights", d.weights},
-                       {"kv", d.kv},
-                       {"compute", d.compute},
-                       {"free", d.free_bytes},
-                       {"margin", d.margin},
-                       {"headroom", d.headroom()},
-                       {"bandwidth", d.bandwidth},
-                       {"bandwidth_assumed", d.bandwidth_assumed},
-                       {"seconds_per_token", d.seconds_per_token}});
+    devices.push_back(
+        {{"node", d.node},
+         {"device", d.device},
+         {"kind", d.hardware},
+         {"first_layer", d.first_layer},
+         {"n_layers", d.n_layers},
+         {"embedding", d.host || d.embedding_copy},
+         {"output", d.output},
+         {"weights", d.weights},
+         {"kv", d.kv},
+         {"compute", d.compute},
+         {"free", d.free_bytes},
+         {"margin", d.margin},
+         {"unified_memory", d.unified_memory},
+         {"reserved", d.reserve.total()},
+         {"reserve", {{"prompt_cache", d.reserve.prompt_cache}, {"os", d.reserve.os}, {"load", d.reserve.load}}},
+         {"headroom", d.headroom()},
+         {"bandwidth", d.bandwidth},
+         {"bandwidth_assumed", d.bandwidth_assumed},
+         {"seconds_per_token", d.seconds_per_token}});
   }
   j["devices"] = devices;
   j["split"] = {{"cpu_layers", plan.split.cpu_layers},

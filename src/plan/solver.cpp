@@ -19,8 +19,9 @@ struct FlatDevice {
   int node = 0, index = 0;  // which node, and which of its devices
   const DeviceSpec* spec = nullptr;
   bool host = false;    // the head's first device: pays for the token embedding and host buffers
-  uint64_t usable = 0;  // free bytes after the margin
+  uint64_t usable = 0;  // free bytes after the margin and the reserve
   uint64_t margin = 0;
+  HostReserve reserve;               // a unified-memory node's (on its first such device)
   std::vector<int64_t> time_prefix;  // picoseconds to read layers [0, l) at this device's bandwidth
 };
 
@@ -94,7 +95,9 @@ class Solver {
         f.spec = &nodes[n].devices[d];
         f.host = n == 0 && d == 0;
         f.margin = margin_bytes(o.memory, f.spec->free_bytes);
-        f.usable = f.spec->free_bytes > f.margin ? f.spec->free_bytes - f.margin : 0;
+        f.reserve = host_reserve(o.memory, nodes[n], d);
+        const uint64_t held = f.margin + f.reserve.total();
+        f.usable = f.spec->free_bytes > held ? f.spec->free_bytes - held : 0;
         f.time_prefix.assign(n_layer_ + 1, 0);
         for (int l = 0; l < n_layer_; ++l) {
           f.time_prefix[l + 1] = f.time_prefix[l] + picoseconds(costs.layers[l].read_per_token, f.spec->bandwidth);
@@ -237,6 +240,16 @@ Cost Solver::solve_for_last(int last, bool pipeline, std::vector<int>* ranges) c
 
 std::string gib(uint64_t bytes) { return format_bytes(bytes); }
 
+// What a device holds back: "the 6.75 GiB margin", and on a unified-memory node "the 6.75 GiB
+// margin and 10.0 GiB held for its prompt cache, the OS and load transients".
+std::string held_back(const FlatDevice& f) {
+  std::string t = "the " + gib(f.margin) + " margin";
+  if (f.reserve.total() > 0) {
+    t += " and " + gib(f.reserve.total()) + " held for its prompt cache, the OS and load transients (unified memory)";
+  }
+  return t;
+}
+
 // Why nothing fits, in one sentence: the head's fixed share, or the whole model against all the
 // memory, or the packing of layers into contiguous ranges.
 std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vector<NodeSpec>& nodes,
@@ -245,8 +258,8 @@ std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vec
   const uint64_t host_need = s.need(host, 0, 0, false, true);
   if (host_need > host.usable) {
     return "the head '" + nodes[0].name + "' needs " + gib(host_need) +
-           " for the token embedding and host buffers but has " + gib(host.usable) + " after the " + gib(host.margin) +
-           " margin: short by " + gib(host_need - host.usable);
+           " for the token embedding and host buffers but has " + gib(host.usable) + " after " + held_back(host) +
+           ": short by " + gib(host_need - host.usable);
   }
   uint64_t weights = c.input_weights + c.output_weights + c.other_weights, kv = 0, usable = 0;
   for (const LayerCost& l : c.layers) {
@@ -254,8 +267,10 @@ std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vec
     kv += l.kv;
   }
   std::string where;
+  bool reserved = false;
   for (const FlatDevice& f : s.flat()) {
     usable += f.usable;
+    reserved = reserved || f.reserve.total() > 0;
     where += (where.empty() ? "" : ", ") + nodes[f.node].name +
              (nodes[f.node].devices.size() > 1 ? "/" + f.spec->name : "") + " " + gib(f.usable);
   }
@@ -265,7 +280,8 @@ std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vec
     return "the model needs " + gib(total) + " (weights " + gib(weights) + ", KV cache " + gib(kv) + " for " +
            std::to_string(o.memory.parallel) + " x " + std::to_string(o.memory.context) + " tokens of " +
            kv_type_name(o.memory.kv_type) + ", compute " + gib(compute) + ") but the nodes offer " + gib(usable) +
-           " after margins (" + where + "): short by " + gib(total - usable);
+           (reserved ? " after margins and the unified-memory reserves (" : " after margins (") + where +
+           "): short by " + gib(total - usable);
   }
   uint64_t largest_layer = 0;
   for (int l = 0; l < static_cast<int>(c.layers.size()); ++l) {
@@ -317,6 +333,8 @@ DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCo
   d.host = f.host;
   d.free_bytes = f.spec->free_bytes;
   d.margin = f.margin;
+  d.unified_memory = f.spec->unified_memory;
+  d.reserve = f.reserve;
   d.bandwidth = f.spec->bandwidth;
   d.bandwidth_assumed = f.spec->bandwidth_assumed;
   d.first_layer = first;
@@ -540,8 +558,8 @@ Result<Plan> solve_hand_split(const ModelCosts& c, const std::vector<NodeSpec>& 
     if (!next.feasible() && short_of.empty()) {
       const uint64_t need = solver.need(f, layer, n, k + 1 == seq.size(), pipeline);
       short_of = nodes[f.node].name + " needs " + format_bytes(need) + " for its " + std::to_string(n) +
-                 " layer(s) but has " + format_bytes(f.usable) + " after the " + format_bytes(f.margin) +
-                 " margin: short by " + format_bytes(need - f.usable);
+                 " layer(s) but has " + format_bytes(f.usable) + " after " + held_back(f) + ": short by " +
+                 format_bytes(need - f.usable);
     }
     if (next.feasible()) cost = next;
     layer += n;

@@ -55,13 +55,16 @@ struct DeviceAssignment {
   bool embedding_copy = false;  // a worker's device running layer 0: a copy of the token embedding
   uint64_t weights = 0, kv = 0, compute = 0;
   uint64_t free_bytes = 0, margin = 0;
+  bool unified_memory = false;     // a GPU sharing its node's system memory (DeviceSpec::unified_memory)
+  HostReserve reserve;             // held back beside the margin (unified memory only)
   double bandwidth = 0;            // bytes per second
   bool bandwidth_assumed = false;  // not given: kDefaultBandwidth
   double seconds_per_token = 0;    // weight reads of its layers (and output head) per token
   uint64_t need() const { return weights + kv + compute; }
-  // Free memory left after the model and the margin; negative when it does not fit.
+  // Free memory left after the model, the margin and the reserve; negative when it does not fit.
   int64_t headroom() const {
-    return static_cast<int64_t>(free_bytes) - static_cast<int64_t>(margin) - static_cast<int64_t>(need());
+    return static_cast<int64_t>(free_bytes) - static_cast<int64_t>(margin) - static_cast<int64_t>(reserve.total()) -
+           static_cast<int64_t>(need());
   }
 };
 

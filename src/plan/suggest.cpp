@@ -1,5 +1,6 @@
 // make_plan: solve, and when nothing fits, find the nearest requests that would.
 #include <algorithm>
+#include <optional>
 
 #include "common/units.h"
 #include "plan/solver.h"
@@ -26,6 +27,30 @@ uint32_t largest_context(const ModelInfo& info, const std::vector<NodeSpec>& nod
   return lo * 256;
 }
 
+// On unified-memory nodes the prompt cache comes out of the model's memory: the largest one (in
+// steps of 256 MiB) below the asked one that fits, or nullopt when none, not even 0, does.
+std::optional<uint64_t> largest_prompt_cache(const ModelInfo& info, const std::vector<NodeSpec>& nodes, PlanOptions o) {
+  constexpr uint64_t kStep = uint64_t{256} << 20;
+  uint64_t lo = 0, hi = (o.memory.prompt_cache - 1) / kStep;  // in steps; below the asked size
+  o.memory.prompt_cache = 0;
+  if (!fits(info, nodes, o)) return std::nullopt;
+  while (lo < hi) {
+    const uint64_t mid = (lo + hi + 1) / 2;
+    o.memory.prompt_cache = mid * kStep;
+    if (fits(info, nodes, o))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo * kStep;
+}
+
+std::string size_flag(uint64_t bytes) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30, kMiB = uint64_t{1} << 20;
+  if (bytes == 0) return "0";
+  return bytes % kGiB == 0 ? std::to_string(bytes / kGiB) + "GiB" : std::to_string(bytes / kMiB) + "MiB";
+}
+
 std::vector<std::string> suggestions(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
   std::vector<std::string> out;
   const MemoryOptions& m = o.memory;
@@ -33,6 +58,16 @@ std::vector<std::string> suggestions(const ModelInfo& info, const std::vector<No
     PlanOptions q = o;
     q.layers.clear();
     if (fits(info, nodes, q)) out.push_back("the planner's own split (leave [model] layers / --layers out) fits");
+  }
+  bool unified = false;
+  for (const NodeSpec& n : nodes) {
+    for (const DeviceSpec& d : n.devices) unified = unified || d.unified_memory;
+  }
+  if (unified && m.prompt_cache > 0) {
+    if (auto pc = largest_prompt_cache(info, nodes, o)) {
+      out.push_back("--prompt-cache " + size_flag(*pc) + " per node (instead of " + format_bytes(m.prompt_cache) +
+                    (*pc == 0 ? "; the prompt cache off" : "") + ") fits: on unified memory it shares the model's");
+    }
   }
   if (m.context > 256) {
     if (uint32_t ctx = largest_context(info, nodes, o); ctx >= 256) {

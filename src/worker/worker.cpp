@@ -340,7 +340,8 @@ nlohmann::json Worker::status() const {
                        {"description", d.description},
                        {"type", d.type},
                        {"free_bytes", d.free_bytes},
-                       {"total_bytes", d.total_bytes}});
+                       {"total_bytes", d.total_bytes},
+                       {"shares_host_memory", d.shares_host_memory}});
   }
   nlohmann::json j;
   j["name"] = options_.handshake.name;
@@ -350,6 +351,11 @@ nlohmann::json Worker::status() const {
   j["protocol"] = link::kProtocolVersion;
   j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   j["devices"] = devices;
+  // What holds this box's memory: a head about to restart its engine says so when it is short.
+  nlohmann::json holders = nlohmann::json::array();
+  for (const auto& h : cluster::memory_holders(3))
+    holders.push_back({{"pid", h.pid}, {"name", h.name}, {"bytes", h.bytes}});
+  j["memory_holders"] = holders;
   j["rpc_server"] = {{"state", child_state_name(child.state)},
                      {"pid", child.pid},
                      {"restarts", child.starts > 0 ? child.starts - 1 : 0},

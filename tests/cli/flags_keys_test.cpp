@@ -43,9 +43,10 @@ TEST(FlagsAndKeys, EveryKeyHasAFlagAndEveryFlagNamesARealKey) {
     EXPECT_TRUE(known_set.count(k)) << "worker --help names " << k << ", which is no config key";
 
   // Keys no single flag stands for: a worker's name and address come together in serve's
-  // --worker NAME=HOST:PORT; its declared memory and bandwidth live in the head's file only.
+  // --worker NAME=HOST:PORT; its declared memory, bandwidth and unified memory live in the head's
+  // file only.
   const std::set<std::string> file_only = {"[[worker]] name", "[[worker]] address", "[[worker]] memory",
-                                           "[[worker]] bandwidth"};
+                                           "[[worker]] bandwidth", "[[worker]] unified_memory"};
   for (const std::string& k : known) {
     if (file_only.count(k)) continue;
     if (k.rfind("[[worker]]", 0) == 0) {

@@ -16,13 +16,14 @@ TEST(Config, ReadsEveryKeyOfTheExample) {
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_EQ(c->cluster.secret_file, "/etc/tandem/cluster.key");
   EXPECT_EQ(c->cluster.head_name, "box-a");
-  EXPECT_EQ(c->cluster.head_memory, 116ull << 30);
+  EXPECT_EQ(c->cluster.head_memory, 115ull << 30);
   EXPECT_EQ(c->cluster.head_bandwidth, 273e9);
-  EXPECT_EQ(c->cluster.head_device, "gpu");
+  EXPECT_EQ(c->cluster.head_device, "unified");
   ASSERT_EQ(c->workers.size(), 1u);
   EXPECT_EQ(c->workers[0].name, "box-b");
   EXPECT_EQ(c->workers[0].address, "10.0.0.2:7070");
-  EXPECT_EQ(c->workers[0].memory, 116ull << 30);
+  EXPECT_EQ(c->workers[0].memory, 115ull << 30);
+  EXPECT_TRUE(c->workers[0].unified_memory);
   EXPECT_EQ(c->workers[0].listen, "0.0.0.0:7070");
   EXPECT_EQ(c->workers[0].cache_dir, "/var/cache/tandem/rpc");
   EXPECT_EQ(c->workers[0].cache_max_size, 400ull << 30);
@@ -30,12 +31,14 @@ TEST(Config, ReadsEveryKeyOfTheExample) {
   EXPECT_EQ(c->model.context, 32768u);
   EXPECT_EQ(c->model.parallel, 1u);
   EXPECT_EQ(c->model.kv_type, "q8_0");
-  EXPECT_EQ(c->model.prompt_cache, 8ull << 30);
+  EXPECT_EQ(c->model.prompt_cache, 0u);
   EXPECT_EQ(c->server.listen, "0.0.0.0:8080");
   EXPECT_EQ(c->server.keys_db, "/var/lib/tandem/keys.db");
   EXPECT_FALSE(c->server.status_page_public);
   EXPECT_DOUBLE_EQ(c->plan.margin, 0.02);
   EXPECT_EQ(c->plan.margin_bytes, 512ull << 20);
+  EXPECT_EQ(c->plan.os_reserve, 1ull << 30);
+  EXPECT_EQ(c->plan.load_reserve, 1ull << 30);
   EXPECT_DOUBLE_EQ(c->plan.hop_ms, 0.5);
 }
 
@@ -48,6 +51,8 @@ TEST(Config, DefaultsWhenKeysAreLeftOut) {
   EXPECT_FALSE(c->cluster.head_memory.has_value());
   EXPECT_TRUE(c->workers.empty());
   EXPECT_EQ(c->model.prompt_cache, 8ull << 30) << "the prompt cache is on by default";
+  EXPECT_EQ(c->plan.os_reserve, 1ull << 30);
+  EXPECT_EQ(c->plan.load_reserve, 1ull << 30);
 }
 
 TEST(Config, ThePromptCacheTakesASizeAndZeroTurnsItOff) {
@@ -87,7 +92,7 @@ TEST(Config, MistakesNameTheLineAndTheKey) {
       {"[cluster]\nhead_memory = \"lots\"\n", "tandem.toml:2: [cluster] head_memory: 'lots' is not a size"},
       {"[cluster]\nhead_bandwidth = \"fast\"\n", "tandem.toml:2: [cluster] head_bandwidth: 'fast' is not a bandwidth"},
       {"[cluster]\nhead_device = \"tpu\"\n",
-       "tandem.toml:2: [cluster] head_device: expected one of \"gpu\", \"cpu\", got \"tpu\""},
+       "tandem.toml:2: [cluster] head_device: expected one of \"gpu\", \"cpu\", \"unified\", got \"tpu\""},
       {"[[worker]]\nname = \"b\"\n", "tandem.toml:1: [[worker]] 'b' address: missing"},
       {"[[worker]]\naddress = \"h:1\"\n", "tandem.toml:1: [[worker]] name: missing"},
       {"[[worker]]\nname = \"b\"\naddress = \"h:1\"\n[[worker]]\nname = \"b\"\naddress = \"h:2\"\n",
@@ -105,6 +110,10 @@ TEST(Config, MistakesNameTheLineAndTheKey) {
       {"[server]\nlog_format = \"xml\"\n", "[server] log_format: expected one of \"text\", \"json\""},
       {"[server]\nmax_in_flight = 0\n", "[server] max_in_flight: must be in 1..100000"},
       {"[model]\nengine_flags = \"--no-warm-up\"\n", "[model] engine_flags: expected an array of strings"},
+      {"[plan]\nos_reserve = \"2\"\n", "tandem.toml:2: [plan] os_reserve: '2' has no unit"},
+      {"[plan]\nload_reserve = true\n", "tandem.toml:2: [plan] load_reserve: expected a size"},
+      {"[[worker]]\nname = \"b\"\naddress = \"h:1\"\nunified_memory = \"yes\"\n",
+       "tandem.toml:4: [[worker]] unified_memory: expected true or false"},
   };
   for (const BadCase& c : cases) {
     auto r = parse_config(c.text, "tandem.toml");

@@ -5,8 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -103,6 +106,54 @@ TEST(Supervisor, InJsonLogsTheEnginesOwnPrintsBecomeRecords) {
   EXPECT_TRUE(plain);
   EXPECT_TRUE(record);
   EXPECT_TRUE(abort_line);
+}
+
+// After a crash the engine starts again only once the memory the plan counted on is free again:
+// until then it waits, and /health and the log say which device is short and what holds it. The
+// first start is not checked (the plan was just made from the same figures).
+TEST(Supervisor, AfterACrashTheEngineWaitsForTheMemoryThePlanNeeds) {
+  ScratchDir dir;
+  const std::string runs = dir.file("runs.txt");
+  SupervisorOptions o = options(dir, fake_engine(dir, "echo run >> " + runs));
+  std::atomic<bool> free_again{false};
+  std::atomic<int> checks{0};
+  const std::string short_of =
+      "box-b/CUDA0 has 40.0 GiB free, the plan needs 113 GiB there: short by 73.0 GiB; "
+      "holding the most memory on box-b: tandem-worker (pid 77) 72.0 GiB";
+  o.memory_check = [&] {
+    ++checks;
+    return free_again ? std::string() : short_of;
+  };
+  std::mutex log_mutex;
+  std::string log_text;
+  o.log = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    log_text += line + "\n";
+  };
+  auto count_runs = [&] {
+    const std::string t = read_file(runs);
+    return static_cast<int>(std::count(t.begin(), t.end(), '\n'));
+  };
+  Supervisor s(o);
+  ASSERT_TRUE(s.start().is_ok());
+  ASSERT_TRUE(wait_for_file(runs, "run"));
+  // The first run exits; its restart is due after a second's backoff, and the check holds it back.
+  for (int i = 0; i < 200 && checks == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GT(checks.load(), 0) << "the restart asked whether the memory is free";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(count_runs(), 1) << "no second load into memory that is not there";
+  const auto health = s.health();
+  EXPECT_NE(health.detail.value("last_error", "").find(short_of), std::string::npos) << health.detail.dump();
+  {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    EXPECT_NE(log_text.find("not restarting the engine yet: " + short_of), std::string::npos) << log_text;
+  }
+  free_again = true;
+  for (int i = 0; i < 500 && count_runs() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GE(count_runs(), 2) << "started again once the memory is back";
+  s.stop();
+  std::lock_guard<std::mutex> lock(log_mutex);
+  EXPECT_NE(log_text.find("the memory the plan needs is free again"), std::string::npos) << log_text;
 }
 
 }  // namespace
