@@ -31,7 +31,7 @@ struct EngineFlags {
   std::string rpc_in_process;
   std::string prompt_cache = "0";
   std::string prompt_cache_dir_size = "64GiB";
-  bool json = false, no_cuda_graphs = false, output_last = false, workers_first = false;
+  bool json = false, no_cuda_graphs = false, output_last = false, workers_first = false, no_mmap = false;
   std::string split_mode = "layer";
   std::vector<std::string> switches_off;  // flags of datapath::kDataPathSwitches given
   int verbose = 0;
@@ -45,6 +45,7 @@ engine::Placement placement(const EngineFlags& f) {
   static_cast<datapath::DataPathSwitches&>(p) = switches.value();
   p.output_on_head = !f.output_last;
   p.workers_first = f.workers_first;
+  p.mmap = !f.no_mmap;
   p.meta_tensor_split = f.split_mode == "tensor";
   p.ffn_tensor_split = f.split_mode == "ffn-tensor";
   for (const std::string& w : f.worker_caches) {
@@ -204,6 +205,9 @@ void register_engine(CLI::App& app) {
   }
   cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs,
                 "Turn CUDA graphs off in the engine (GGML_CUDA_DISABLE_GRAPHS=1)");
+  cmd->add_flag("--no-mmap", f.no_mmap,
+                "Read the model file rather than map it, as libllama does when a device cannot map files (an "
+                "integrated GPU); the weights a --worker-cache lists are not read on the head either way");
   cmd->add_flag("--json", f.json, "--prompt: print the result as JSON (text, tokens, timings)");
   cmd->add_flag("-v,--verbose", f.verbose, "Show libllama's log (-v warnings, -vv everything)");
   add_log_format_option(cmd);

@@ -72,6 +72,10 @@ void add_config_flags(ConfigFlags& f) {
   f.toggle(
       "--no-cuda-graphs", "[model] cuda_graphs", [](Config & c) -> auto& { return c.model.cuda_graphs; }, false,
       "Turn CUDA graphs off in the engine");
+  f.toggle(
+      "--no-mmap", "[model] mmap", [](Config & c) -> auto& { return c.model.mmap; }, false,
+      "Load the model file by reading it rather than through a memory mapping, as libllama does when a device "
+      "cannot map files (an integrated GPU)");
   f.size(
       "--prompt-cache", "[model] prompt_cache",
       "Memory for the prompt cache on each node, e.g. 8GiB; 0 turns it off (default 8GiB)",

@@ -238,6 +238,7 @@ TableReader model_reader(const std::string& src, ModelConfig* m) {
   r.on("parallelism", one_of_into(&m->parallelism, {"layer", "ffn-tensor"}));
   r.on("threads", int_into(&m->threads, 0, 4096));
   r.on("cuda_graphs", bool_into(&m->cuda_graphs));
+  r.on("mmap", bool_into(&m->mmap));
   r.on("engine_flags", strings_into(&m->engine_flags));
   r.on("prompt_cache", [m](const toml::node& n) -> Status {
     // 0 turns it off, with or without a unit.

@@ -69,6 +69,9 @@ struct ModelConfig {
   std::string parallelism = "layer";
   int threads = 0;  // the engine's CPU threads; 0 = one per physical core
   bool cuda_graphs = true;
+  // Load the model file through a memory mapping where the devices allow it; false reads it
+  // (engine::Placement::mmap).
+  bool mmap = true;
   std::vector<std::string> engine_flags;  // tandem-engine switches serve passes on (datapath/switches.h)
   // Memory for the prompt cache's states on each node (the head's part on the head, each worker's
   // on that worker); 0 turns the cache off.

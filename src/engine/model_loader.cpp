@@ -105,6 +105,20 @@ void add_local_gpus(std::vector<ggml_backend_dev_t>* devices) {
   }
 }
 
+// Whether libllama reads the model file rather than mapping it: when told to, or when a device it
+// loads onto cannot map files (engine/cached_upload.h takes it as a hint for the page cache):
+// pinned llama.cpp: text src/llama-model.cpp if (ml.use_mmap && params.load_mode == LLAMA_LOAD_MODE_AUTO) { for (const auto & dev : devices) { ggml_backend_dev_props props; ggml_backend_dev_get_props(dev.dev, &props); if (!props.caps.mmap_support) { ml.use_mmap = false;
+bool reads_file(const Placement& p, const std::vector<ggml_backend_dev_t>& devices) {
+  if (!p.mmap) return true;
+  for (ggml_backend_dev_t d : devices) {
+    if (d == nullptr) continue;
+    ggml_backend_dev_props props{};
+    ggml_backend_dev_get_props(d, &props);
+    if (!props.caps.mmap_support) return true;
+  }
+  return false;
+}
+
 Result<std::vector<ggml_backend_dev_t>> collect_devices(const Placement& p) {
   std::vector<ggml_backend_dev_t> devices;
   if (p.use_local_gpus && !p.workers_first) add_local_gpus(&devices);
@@ -211,6 +225,10 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   mp.devices = device_list.data();
   mp.split_mode = p.meta_tensor_split ? LLAMA_SPLIT_MODE_TENSOR : LLAMA_SPLIT_MODE_LAYER;
   mp.use_extra_bufts = p.cpu_weight_repack;
+  // Without mmap as on a device that cannot map files: libllama then reads huge CPU tensors whole
+  // too, rather than through a mapping on demand.
+  mp.load_mode = p.mmap ? LLAMA_LOAD_MODE_AUTO : LLAMA_LOAD_MODE_NONE;
+  if (!p.mmap) mp.lazy_mode = LLAMA_LAZY_MODE_OFF;
   // llama.cpp counts the output head as one more layer, offloaded with the last device.
   mp.n_gpu_layers = devices->empty() ? 0 : n_layer + 1 - p.cpu_layers;
   std::vector<float> split(llama_max_devices(), 0.0f);
@@ -289,9 +307,11 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
     }
     cp.embedding_remote = embedding_device != nullptr;
     cp.hash_memo_dir = default_hash_memo_dir();
+    cp.file_read = reads_file(p, device_list);
     TANDEM_RETURN_IF_ERROR(start_cached_uploads(cp));
   }
   ModelPtr model(llama_model_load_from_file(o.model.c_str(), mp));
+  if (model && cached) complete_skipped_reads();
   if (model && embedding_device != nullptr) {
     // Before the cached uploads end: the table is one more weight the worker may hold.
     const auto [table, has_output] = token_embedding(model.get());
@@ -311,14 +331,24 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   }
   if (cached) {
     const CachedUploadStats st = finish_cached_uploads();
-    char line[200];
+    char line[320];
     std::snprintf(line, sizeof line,
                   "%llu weights (%.2f GiB) loaded from the workers' caches, %llu sent whole; hashing ran %.1f s (%llu "
                   "hashes remembered)",
                   static_cast<unsigned long long>(st.markers), static_cast<double>(st.marker_bytes) / (1ull << 30),
                   static_cast<unsigned long long>(st.fallbacks), st.hash_s,
                   static_cast<unsigned long long>(st.remembered));
-    log::info("engine", line);
+    std::string said = line;
+    if (st.reads_skipped > 0) {
+      std::snprintf(
+          line, sizeof line, "; without mmap, %llu of libllama's reads skipped (%.2f GiB the head did not read)",
+          static_cast<unsigned long long>(st.reads_skipped), static_cast<double>(st.bytes_not_read) / (1ull << 30));
+      said += line;
+      if (st.reads_completed > 0) {
+        said += ", " + std::to_string(st.reads_completed) + " of them made after all (sent whole)";
+      }
+    }
+    log::info("engine", said);
   }
   if (!model) return Status::invalid_argument(with_llama_reason(o.model + ": loading the model failed"));
   return model;

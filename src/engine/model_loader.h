@@ -57,6 +57,11 @@ struct Placement : datapath::DataPathSwitches {
   // those are loaded from the worker's cache without hashing on the load's path. Only for
   // endpoints that reach a tandem worker, and only with an explicit `device_layers`.
   std::map<std::string, std::string> cache_listings;
+  // Load the model file through a memory mapping where every device can use one (libllama's own
+  // choice: it reads the file instead when a device cannot map it, such as an integrated CUDA GPU);
+  // false: read it everywhere (`--no-mmap`, `[model] mmap = false`). Either way the weights a
+  // worker loads from its cache are not read on the head (cached_upload.h).
+  bool mmap = true;
   // RPC endpoints that reach a tandem worker of this build (through a link forwarder): a step's
   // inputs that repeat across layers cross the link once (datapath/input_reuse.h). Never a stock
   // RPC server, which would store the markers as data. Needs `async_rpc_writes`.

@@ -271,6 +271,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   so.parallel = static_cast<int>(c.model.parallel);
   so.threads = c.model.threads;
   so.cuda_graphs = c.model.cuda_graphs;
+  so.mmap = c.model.mmap;
   so.prompt_cache = c.model.prompt_cache;
   so.prompt_cache_dir = c.model.prompt_cache_dir;
   so.prompt_cache_dir_size = c.model.prompt_cache_dir_size;

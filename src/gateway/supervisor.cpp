@@ -340,6 +340,7 @@ void Supervisor::spawn_engine() {
   if (options_.ffn_tensor) args.insert(args.end(), {"--split-mode", "ffn-tensor"});
   if (options_.threads > 0) args.insert(args.end(), {"-t", std::to_string(options_.threads)});
   if (!options_.cuda_graphs) args.push_back("--no-cuda-graphs");
+  if (!options_.mmap) args.push_back("--no-mmap");
   args.insert(args.end(), {"--prompt-cache", std::to_string(options_.prompt_cache)});
   if (!options_.prompt_cache_dir.empty()) {
     args.insert(args.end(), {"--prompt-cache-dir", options_.prompt_cache_dir, "--prompt-cache-dir-size",

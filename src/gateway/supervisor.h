@@ -49,6 +49,8 @@ struct SupervisorOptions {
   int parallel = 1;
   int threads = 0;
   bool cuda_graphs = true;
+  // false: the engine reads the model file rather than map it (--no-mmap)
+  bool mmap = true;
   uint64_t prompt_cache = 0;     // bytes of prompt-cache states on each node; 0: off
   std::string prompt_cache_dir;  // and the folder for those memory no longer holds ("" = none)
   uint64_t prompt_cache_dir_size = 0;

@@ -157,6 +157,8 @@ Status CacheLoader::load(ggml_tensor* tensor, const CachedMarker& marker) {
   reader(0);
   for (auto& t : pool) t.join();
   if (!error.empty()) return Status::unavailable(error);
+  // Every chunk is on the device: ggml_backend_tensor_set returns once its bytes are.
+  if (impl_->o.drop_page_cache) ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_DONTNEED);
   ++impl_->stats.weights;
   impl_->stats.bytes += bytes;
   impl_->stats.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

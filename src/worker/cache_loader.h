@@ -28,6 +28,10 @@ struct CacheLoaderOptions {
   int threads = 0;                   // parallel readers; 0: half the cores, 2 to 8
   size_t chunk_bytes = 16ull << 20;  // what one reader reads and copies at a time
   bool stage_host_buffers = false;   // copy through staging buffers even into host memory (tests)
+  // Once a weight's bytes are on the device, drop its file from the page cache: the device holds
+  // them, and on a box whose GPU shares system memory (GB10) the cached copy would take the same
+  // memory a second time. A later load reads the file from disk again.
+  bool drop_page_cache = true;
 };
 
 struct CacheLoaderStats {
@@ -43,7 +47,8 @@ class CacheLoader {
   CacheLoader& operator=(const CacheLoader&) = delete;
 
   // Fills `tensor` (whole: the marker's size must be ggml_nbytes(tensor)) from the cache file the
-  // marker names. Errors: no such file, a size that differs, a read that fails or ends early.
+  // marker names, then drops the file from the page cache (`drop_page_cache`; pages not yet written
+  // back stay). Errors: no such file, a size that differs, a read that fails or ends early.
   Status load(ggml_tensor* tensor, const link::CachedMarker& marker);
 
   // Frees the staging buffers (they are allocated again by the next load).

@@ -130,6 +130,22 @@ TEST(Cli, EngineGeneratesFromAPrompt) {
   EXPECT_GT(j["decode_tps"].get<double>(), 0.0);
 }
 
+// --no-mmap makes libllama read the model file instead of mapping it (its log says which), with
+// the same tokens.
+TEST(Cli, EngineReadsTheModelInsteadOfMappingItWhenTold) {
+  ScratchDir dir;
+  ASSERT_EQ(run_tandem("synth --preset tiny -o " + dir.file("t.gguf"), dir.file("")).exit_code, 0);
+  const std::string args =
+      "engine --json -vv -m " + dir.file("t.gguf") + " -p 'Once upon a time' -n 6 --ignore-eos --no-cpu-repack";
+  auto mapped = run_tandem(args, dir.file(""));
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.err;
+  EXPECT_NE(mapped.err.find("(load_mode = mmap)"), std::string::npos) << mapped.err;
+  auto read = run_tandem(args + " --no-mmap", dir.file(""));
+  ASSERT_EQ(read.exit_code, 0) << read.err;
+  EXPECT_NE(read.err.find("(load_mode = none)"), std::string::npos) << read.err;
+  EXPECT_EQ(nlohmann::json::parse(read.out)["tokens"], nlohmann::json::parse(mapped.out)["tokens"]);
+}
+
 // A split through ggml's RPC server inside the engine's own process (a measurement switch) gives
 // the tokens of one process, keeps its JSON on stdout apart from the server's log, and counts the
 // scheduler's runs; --tandem-worker must name an --rpc endpoint. The same with the experimental

@@ -185,6 +185,18 @@ TEST(Config, RelativePathsAreRelativeToTheFile) {
   EXPECT_EQ(c->server.keys_db, "/abs/keys.db");
 }
 
+// [model] mmap: on unless the file turns it off (serve then passes --no-mmap to the engine).
+TEST(Config, TheModelIsMappedUnlessTurnedOff) {
+  auto on = parse_config("[model]\npath = \"m\"\n");
+  ASSERT_TRUE(on.is_ok()) << on.status().to_string();
+  EXPECT_TRUE(on->model.mmap);
+  auto off = parse_config("[model]\nmmap = false\n");
+  ASSERT_TRUE(off.is_ok()) << off.status().to_string();
+  EXPECT_FALSE(off->model.mmap);
+  auto bad = parse_config("[model]\nmmap = \"no\"\n");
+  EXPECT_FALSE(bad.is_ok());
+}
+
 // docs/config.md lists every key the reader knows, so that none is undocumented.
 TEST(Config, EveryKeyIsDocumented) {
   std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/docs/config.md");

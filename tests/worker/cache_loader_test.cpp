@@ -1,6 +1,7 @@
 // The RPC child's cache loader, on a CPU buffer: it fills a weight from `<cache>/<hash>` in
 // parallel chunks, straight into host memory or through staging buffers (the path a GPU takes),
-// and refuses a file that is missing or of the wrong size.
+// leaves the file out of the page cache once loaded, and refuses a file that is missing or of the
+// wrong size.
 #include "worker/cache_loader.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "link/protocol.h"
+#include "page_cache.h"
 #include "test_util.h"
 
 using tandem::link::CachedMarker;
@@ -135,6 +137,33 @@ TEST(CacheLoader, RefusesAMissingFileAFileOfAnotherSizeAndAMarkerForAnotherTenso
   EXPECT_NE(other.message().find("blk.0.ffn_up_exps.weight"), std::string::npos) << other.message();
   EXPECT_EQ(loader.take_stats().weights, 0u);
   EXPECT_TRUE(w.bytes() == std::string(kBytes, 0));  // nothing written
+}
+
+// Once a weight is on the device its cache file leaves the page cache, which on a box whose GPU
+// shares system memory would hold the weight a second time; with the switch off it stays.
+TEST(CacheLoader, DropsTheFileFromThePageCacheOnceTheWeightIsOnTheDevice) {
+  ScratchDir dir;
+  const std::string data = pattern(kBytes);
+  const CachedMarker m = cache(dir, data);
+  const std::string file = dir.file("cache") + "/" + hash_name(m.hash);
+  if (!has_page_cache(file)) GTEST_SKIP() << dir.file("") << " is on tmpfs: its files never leave memory";
+  write_back(file);  // a seeded cache's pages are clean
+  const size_t pages = file_pages(file);
+  for (const bool staged : {false, true}) {
+    read_through(file);
+    ASSERT_EQ(resident_pages(file), pages) << "staged " << staged;
+    CpuWeight w(kBytes);
+    CacheLoader loader(options(dir, staged));
+    ASSERT_TRUE(loader.load(w.tensor(), m).is_ok());
+    EXPECT_TRUE(w.bytes() == data);
+    EXPECT_EQ(resident_pages(file), 0u) << "staged " << staged;
+  }
+  CacheLoaderOptions keep = options(dir, false);
+  keep.drop_page_cache = false;
+  CpuWeight w(kBytes);
+  CacheLoader loader(keep);
+  ASSERT_TRUE(loader.load(w.tensor(), m).is_ok());
+  EXPECT_EQ(resident_pages(file), pages);
 }
 
 // What ggml's RPC server does with a marker: hand it to ggml_backend_tensor_set as the weight's

@@ -18,6 +18,7 @@
 #include "engine/model_loader.h"
 #include "link/forwarder.h"
 #include "link/protocol.h"
+#include "page_cache.h"
 #include "plan/model_info.h"
 #include "synth/presets.h"
 #include "synth/writer.h"
@@ -239,6 +240,90 @@ TEST(Seed, ASecondLoadTakesTheWeightHashesFromTheMemo) {
   EXPECT_EQ(third.markers, 6u);
   EXPECT_EQ(third.remembered, 0u);
   EXPECT_EQ(engine::read_hash_memo(memos[0]).begin()->second.fingerprint ^ 1, memo.begin()->second.fingerprint);
+}
+
+// Without mmap (what libllama does when a device cannot map files, such as GB10's integrated GPU;
+// `--no-mmap` anywhere) libllama reads each weight before its tensor set; the engine skips the
+// reads of those a worker loads from its cache (engine/cached_upload.h), and keeps the kernel's
+// read-ahead from reading them. A seeded load then reads under 1 % of the worker's share from the
+// head's disk, and computes what a mapped load does; the worker's cache files leave its page cache
+// once loaded (worker/cache_loader.h).
+TEST(Seed, WithoutMmapASeededLoadReadsUnderOnePercentOfTheWorkersShareOnTheHead) {
+  ScratchDir dir;
+  ::setenv("XDG_CACHE_HOME", dir.file("xdg").c_str(), 1);
+  const link::Secret secret = make_secret(dir.file("cluster.key"));
+  const std::string model = write_big_model(dir, true);
+  if (!has_page_cache(model)) GTEST_SKIP() << dir.file("") << " is on tmpfs: nothing is read from a disk";
+  const uint64_t share = worker_share(model);
+  const uint64_t others = std::filesystem::file_size(model) - share;  // metadata, layer 0, the embedding
+  const std::string cache = dir.file("cache");
+  ASSERT_TRUE(seed_cache({model, cache, 1, 1}).is_ok());
+  const auto entries = list_cache(cache).value();
+  for (const auto& e : entries) {
+    write_back(cache + "/" + e.name);    // a seeded cache's pages are clean ...
+    read_through(cache + "/" + e.name);  // ... and here all in memory
+  }
+  WorkerProcess w(dir, "box-n", dir.file("cluster.key"), {"--cache-dir", cache});
+  ASSERT_TRUE(w.up()) << w.log();
+  auto forwarder = forward_to(w, secret);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(forwarder->port());
+  engine::GenerateOptions split = big_options(model);
+  split.placement.rpc_servers = {endpoint};
+  split.placement.cpu_layers = 1;
+  split.placement.device_layers = {1};
+  split.placement.cache_listings = {{endpoint, listing_file(dir, cache, "listing")}};
+
+  // Mapped: the tokens to match. It also leaves the weights' hashes remembered, as any earlier load.
+  auto mapped = engine::generate(split);
+  ASSERT_TRUE(mapped.is_ok()) << mapped.status().to_string() << "\n" << w.log();
+  ASSERT_EQ(engine::last_cached_upload_stats().markers, 6u);
+  EXPECT_EQ(engine::last_cached_upload_stats().reads_skipped, 0u);  // libllama read nothing itself
+  // The 6 files the worker loaded left its page cache; the embedding's, seeded too, stays.
+  size_t dropped = 0;
+  for (const auto& e : entries) dropped += resident_pages(cache + "/" + e.name) == 0 ? 1 : 0;
+  EXPECT_EQ(dropped, 6u) << w.log();
+
+  auto head_reads = [&](const char* what, uint64_t* bytes) {
+    EXPECT_TRUE(forwarder->wait_until_up(link::Millis(10000))) << what;
+    evict(model);
+    const uint64_t before = storage_read_bytes();
+    auto r = engine::generate(split);
+    *bytes = storage_read_bytes() - before;
+    EXPECT_TRUE(r.is_ok()) << what << ": " << r.status().to_string() << "\n" << w.log();
+    if (r.is_ok()) {
+      EXPECT_EQ(r->tokens, mapped->tokens) << what;
+    }
+    return engine::last_cached_upload_stats();
+  };
+  split.placement.mmap = false;
+  uint64_t seeded = 0, whole = 0;
+  const auto st = head_reads("seeded, without mmap", &seeded);
+  EXPECT_EQ(st.markers, 6u);
+  EXPECT_EQ(st.reads_skipped, 6u);
+  EXPECT_EQ(st.reads_completed, 0u);
+  EXPECT_EQ(st.bytes_not_read, st.marker_bytes);
+  // Listed for another worker: the reads are skipped, then made when the tensor sets show that
+  // this worker does not hold them; they travel whole, and compute the same.
+  uint64_t elsewhere = 0;
+  split.placement.cache_listings = {{"127.0.0.1:1", listing_file(dir, cache, "listing")}};
+  const auto other = head_reads("listed for another worker, without mmap", &elsewhere);
+  EXPECT_EQ(other.markers, 0u);
+  EXPECT_EQ(other.reads_skipped, 6u);
+  EXPECT_EQ(other.reads_completed, 6u);
+  EXPECT_EQ(other.bytes_not_read, 0u);
+  // The same load with no listing: libllama reads the worker's share too (as it did seeded, before
+  // the engine skipped those reads).
+  split.placement.cache_listings.clear();
+  head_reads("unlisted, without mmap", &whole);
+  std::printf(
+      "worker share %llu bytes, the rest of the file %llu; head read without mmap: %llu seeded (%.3f%% of the "
+      "share beyond the rest), %llu unlisted\n",
+      static_cast<unsigned long long>(share), static_cast<unsigned long long>(others),
+      static_cast<unsigned long long>(seeded),
+      100.0 * (static_cast<double>(seeded) - static_cast<double>(others)) / static_cast<double>(share),
+      static_cast<unsigned long long>(whole));
+  EXPECT_LE(seeded, others + share / 100);
+  EXPECT_GE(whole, others + share * 9 / 10);
 }
 
 // A listing that no longer matches the cache (entries removed after the head read it) fails the
