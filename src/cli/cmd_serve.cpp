@@ -114,6 +114,11 @@ void add_config_flags(ConfigFlags& f) {
        "Generation requests admitted at once; more get 503")
       ->check(CLI::Range(1, 100000));
   f.value(
+       "--max-tokens", "[server] max_tokens", [](Config & c) -> auto& { return c.server.max_tokens; },
+       "Most tokens one request may generate, whatever it asks for (an agent that sends no limit to a model that "
+       "does not stop); 0: what the context holds")
+      ->check(CLI::Range(0, 1 << 30));
+  f.value(
        "--canary-interval", "[server] canary_interval", [](Config & c) -> auto& { return c.server.canary_interval_s; },
        "Seconds between idle one-token canary generations")
       ->check(CLI::Range(1, 86400));

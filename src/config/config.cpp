@@ -269,6 +269,7 @@ TableReader server_reader(const std::string& src, ServerConfig* s) {
   r.on("model_id", string_into(&s->model_id));
   r.on("insecure_no_auth", bool_into(&s->insecure_no_auth));
   r.on("max_in_flight", int_into(&s->max_in_flight, 1, 100000));
+  r.on("max_tokens", int_into(&s->max_tokens, 0, 1 << 30));
   r.on("canary_interval", int_into(&s->canary_interval_s, 1, 86400));
   r.on("drain_timeout", int_into(&s->drain_timeout_s, 0, 3600));
   r.on("log_format", one_of_into(&s->log_format, {"text", "json"}));

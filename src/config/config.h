@@ -89,6 +89,7 @@ struct ServerConfig {
   std::string model_id;                   // the name clients pass as `model`; "" = the file name
   bool insecure_no_auth = false;          // the API without keys (logged as a warning)
   int max_in_flight = 64;                 // generation requests admitted at once; beyond: 503
+  int max_tokens = 0;                     // most tokens one request may generate; 0 = what the context holds
   int canary_interval_s = 30;             // seconds between idle one-token canaries
   int drain_timeout_s = 30;               // on SIGTERM, how long requests in flight may finish
   std::string log_format = "text";        // "text" or "json"

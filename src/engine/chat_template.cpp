@@ -45,12 +45,42 @@ Status check_messages(const json& messages) {
   return Status::ok();
 }
 
-Status fill_inputs(const json& body, const common_chat_templates* tmpls, common_chat_templates_inputs& in) {
+// OpenAI's tool_choice: "auto", "none", "required", or {"type": "function", "function": {"name"}},
+// which forces a call of that tool (its name is returned in `forced`).
+Result<std::string> tool_choice_of(const json& body, const json& tools, std::string* forced) {
+  const json c = body.value("tool_choice", json());
+  const bool any_tool = tools.is_array() && !tools.empty();
+  if (c.is_null()) return std::string("auto");
+  if (c.is_string()) {
+    const std::string s = c;
+    if (s != "auto" && s != "none" && s != "required")
+      return Status::invalid_argument(
+          "tool_choice must be auto, none, required or {type: function, function: {name}}; got '" + s + "'");
+    if (s == "required" && !any_tool) return Status::invalid_argument("tool_choice 'required' needs tools");
+    return s;
+  }
+  const json name = c.is_object() ? c.value("function", json::object()).value("name", json()) : json();
+  if (!c.is_object() || c.value("type", "") != "function" || !name.is_string())
+    return Status::invalid_argument("tool_choice must be auto, none, required or {type: function, function: {name}}");
+  bool known = false;
+  for (const json& t : any_tool ? tools : json::array()) {
+    if (t.is_object() && t.value("function", json::object()).value("name", json()) == name) known = true;
+  }
+  if (!known)
+    return Status::invalid_argument("tool_choice.function.name names no tool in tools: '" + name.get<std::string>() +
+                                    "'");
+  *forced = name.get<std::string>();
+  return std::string("required");
+}
+
+Status fill_inputs(const json& body, const common_chat_templates* tmpls, common_chat_templates_inputs& in,
+                   std::string* forced) {
   TANDEM_RETURN_IF_ERROR(check_messages(body.value("messages", json())));
   const json tools = body.value("tools", json());
   if (!tools.is_null() && !tools.is_array()) return Status::invalid_argument("tools must be an array");
-  const std::string tool_choice =
-      body.contains("tool_choice") && body["tool_choice"].is_string() ? body["tool_choice"].get<std::string>() : "auto";
+  auto choice = tool_choice_of(body, tools, forced);
+  if (!choice.is_ok()) return choice.status();
+  const std::string tool_choice = choice.value();
   auto schema = response_schema(body);
   if (!schema.is_ok()) return schema.status();
   const std::string grammar = body.value("grammar", "");
@@ -141,10 +171,18 @@ Result<ChatTemplates> ChatTemplates::load(const llama_model* model) {
 Result<ChatPrompt> ChatTemplates::render(const json& body) const {
   try {
     common_chat_templates_inputs in;
-    TANDEM_RETURN_IF_ERROR(fill_inputs(body, templates_.get(), in));
+    std::string forced;
+    TANDEM_RETURN_IF_ERROR(fill_inputs(body, templates_.get(), in, &forced));
     ChatPrompt out;
     out.params = common_chat_templates_apply(templates_.get(), in);
     out.prompt = out.params.prompt;
+    if (!forced.empty()) {
+      // A named tool: the prompt shows every tool (the same prefix as any other turn of the
+      // conversation), the grammar and the parser know only that one, so its call is forced.
+      std::erase_if(in.tools, [&](const common_chat_tool& t) { return t.name != forced; });
+      out.params = common_chat_templates_apply(templates_.get(), in);
+    }
+    out.call_required = in.tool_choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED && !in.tools.empty();
     out.parser = common_chat_parser_params(out.params);
     out.parser.reasoning_format = in.reasoning_format;
     if (!out.params.parser.empty()) out.parser.parser.load(out.params.parser);

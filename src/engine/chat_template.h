@@ -19,6 +19,7 @@ struct ChatPrompt {
   std::string prompt;                // the rendered conversation, ready to tokenize
   common_chat_params params;         // grammar, triggers, preserved tokens, extra stops
   common_chat_parser_params parser;  // how to read the output back
+  bool call_required = false;        // tool_choice required or a named tool: the answer must be a call
 };
 
 // The JSON schema that `response_format` (json_object, json_schema) or `json_schema` asks for,

@@ -148,7 +148,8 @@ void EngineClient::dispatch(const EngineEvent& e) {
       if (e.type == EngineEvent::Type::error) orphan = orphan_;
     } else {
       cb = it->second;  // shared: no copy of the callback per token
-      if (e.type != EngineEvent::Type::delta) open_.erase(it);
+      // Every event but started and delta ends its request (a query's result too).
+      if (e.type != EngineEvent::Type::delta && e.type != EngineEvent::Type::started) open_.erase(it);
     }
   }
   if (cb)

@@ -2,8 +2,8 @@
 //
 // Thread-safety: every method may be called from any thread. Callbacks run on the client's reader
 // thread, one at a time, in the order the engine sent the events; they must not block and must
-// not destroy the client. Each submit's callback gets its deltas and then exactly one done or
-// error event, also when the engine goes away (error `unavailable`) or the client is destroyed.
+// not destroy the client. Each submit's callback gets a started event, its deltas and then exactly
+// one done or error event, also when the engine goes away (error `unavailable`) or the client is destroyed.
 #pragma once
 
 #include <atomic>

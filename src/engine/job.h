@@ -16,8 +16,8 @@
 
 namespace tandem::engine {
 
-// Receives a request's events on the scheduler's decode thread: deltas, then exactly one done or
-// error. Must return quickly (queue the event, do no I/O that can block).
+// Receives a request's events on the scheduler's decode thread: started, deltas, then exactly one
+// done or error. Must return quickly (queue the event, do no I/O that can block).
 using EventCallback = std::function<void(const EngineEvent&)>;
 
 struct Job {
@@ -31,6 +31,9 @@ struct Job {
   int n_probs = -1;                     // -1: no logprobs; else report each token's logprob and this many alternatives
   std::set<llama_token> shown_special;  // special tokens rendered as text (the chat format's markers)
   std::optional<ChatStream> chat;       // chat requests: reads content, reasoning and tool calls back
+  // The first tokens to generate, whatever the model would sample: the chat format's tool-call
+  // opener when a call is required (its grammar would allow any text before the call).
+  std::vector<llama_token> forced;
   EventCallback on_event;
 };
 

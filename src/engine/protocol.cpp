@@ -266,6 +266,11 @@ std::string encode_event(const EngineEvent& e) {
       if (!e.logprobs.empty()) j["logprobs"] = logprobs_json(e.logprobs);
       break;
     }
+    case EngineEvent::Type::started:
+      j = {{"event", "started"},
+           {"id", e.id},
+           {"usage", {{"prompt_tokens", e.usage.prompt_tokens}, {"cached_tokens", e.usage.cached_tokens}}}};
+      break;
     case EngineEvent::Type::done:
       j = {{"event", "done"},
            {"id", e.id},
@@ -365,6 +370,11 @@ static Result<EngineEvent> decode_event_json(std::string_view line) {
           {int_field(c, "index", 0), c.value("id", ""), c.value("name", ""), c.value("arguments", "")});
     }
     e.logprobs = logprobs_from(j.value("logprobs", json()));
+  } else if (type == "started") {
+    e.type = EngineEvent::Type::started;
+    const json u = j.value("usage", json::object());
+    e.usage.prompt_tokens = int_field(u, "prompt_tokens", 0);
+    e.usage.cached_tokens = int_field(u, "cached_tokens", 0);
   } else if (type == "done") {
     e.type = EngineEvent::Type::done;
     e.finish_reason = j.value("finish_reason", "");

@@ -106,9 +106,12 @@ struct EngineStatus {
 
 // Engine → client.
 struct EngineEvent {
-  enum class Type { delta, done, error, status, result };
+  // A submitted request's events: one `started` once its prompt is tokenized and matched against
+  // the cache (usage.prompt_tokens and usage.cached_tokens known, before the first token), then
+  // deltas, then one done or error (an error may also come before `started`).
+  enum class Type { started, delta, done, error, status, result };
   Type type = Type::delta;
-  std::string id;  // delta, done, error: the request; empty for a status and for an
+  std::string id;  // started, delta, done, error: the request; empty for a status and for an
                    // error about a line that named no request
   // delta
   std::string text, reasoning;
@@ -116,14 +119,14 @@ struct EngineEvent {
   // delta (and done, for tokens that produced no delta): one entry per generated token since the
   // last event, only when the body asked for logprobs
   std::vector<TokenLogprob> logprobs;
-  // done
+  // done (usage also in started)
   std::string finish_reason;  // "stop", "length", "tool_calls"
   std::string stop_sequence;  // finish "stop" by one of the request's stop strings: that string
   Usage usage;
   std::vector<int32_t> tokens;      // done: the generated token ids, only when the body asked "return_tokens";
                                     // result of tokenize: the tokens
   std::vector<std::string> pieces;  // result of tokenize: each token's text (bytes may be partial UTF-8)
-  std::string content;              // result of detokenize: the text
+  std::string content;              // result of detokenize: the text; result of count: the rendered prompt
   int count = 0;                    // result of count: the rendered prompt's tokens
   // error
   StatusCode code = StatusCode::ok;

@@ -194,6 +194,21 @@ Status apply_chat_params(const ChatPrompt& chat, const llama_vocab* vocab, Job& 
   if (s.grammar_lazy && s.grammar_triggers.empty())
     return Status::internal("the chat format asked for a lazy grammar without triggers");
   for (const auto& stop : chat.params.additional_stops) job.stops.push_back(stop);
+  if (chat.call_required) {
+    // The formats' grammars let any text come before the required call (llama-server's too),
+    // which a model may write until max_tokens. The answer opens with the call's opener instead:
+    // the grammar's trigger, fed through the grammar like sampled tokens.
+    for (const auto& trigger : s.grammar_triggers) {
+      if (trigger.type == COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN) {
+        job.forced = {trigger.token};
+        break;
+      }
+      if (trigger.type == COMMON_GRAMMAR_TRIGGER_TYPE_WORD) {
+        job.forced = common_tokenize(vocab, trigger.value, false, true);
+        break;
+      }
+    }
+  }
   job.shown_special = s.preserved_tokens;
   job.chat.emplace(chat.parser);
   return Status::ok();
@@ -230,7 +245,8 @@ Status build_sampler(const llama_model* model, common_params_sampling& s, Job& j
 
 // Renders and tokenizes the prompt into job.prompt, carrying the chat format's constraints into
 // `job` and `s`.
-Status render_prompt(RequestKind kind, const json& body, const ModelFacts& facts, Job& job, common_params_sampling& s) {
+Status render_prompt(RequestKind kind, const json& body, const ModelFacts& facts, Job& job, common_params_sampling& s,
+                     std::string* text = nullptr) {
   const llama_vocab* vocab = llama_model_get_vocab(facts.model);
   std::string prompt;
   if (kind == RequestKind::chat) {
@@ -250,21 +266,24 @@ Status render_prompt(RequestKind kind, const json& body, const ModelFacts& facts
     prompt = p.value();
   }
   job.prompt = common_tokenize(vocab, prompt, /*add_special=*/true, /*parse_special=*/true);
+  if (text != nullptr) *text = std::move(prompt);
   return Status::ok();
 }
 
 }  // namespace
 
-Result<int> count_prompt_tokens(RequestKind kind, const json& body, const ModelFacts& facts) {
+Result<RenderedPrompt> render_prompt_only(RequestKind kind, const json& body, const ModelFacts& facts) {
   if (!body.is_object()) return Status::invalid_argument("the request body must be a JSON object");
   Job job;
   common_params_sampling s;
+  RenderedPrompt out;
   try {
-    TANDEM_RETURN_IF_ERROR(render_prompt(kind, body, facts, job, s));
+    TANDEM_RETURN_IF_ERROR(render_prompt(kind, body, facts, job, s, &out.text));
   } catch (const std::exception& e) {
     return Status::invalid_argument(std::string("malformed request: ") + e.what());
   }
-  return static_cast<int>(job.prompt.size());
+  out.tokens = static_cast<int>(job.prompt.size());
+  return out;
 }
 
 Result<std::unique_ptr<Job>> prepare_job(RequestKind kind, const json& body, const ModelFacts& facts) {

@@ -27,9 +27,13 @@ struct ModelFacts {
 // length against the context, or why a grammar or schema does not parse.
 Result<std::unique_ptr<Job>> prepare_job(RequestKind kind, const nlohmann::json& body, const ModelFacts& facts);
 
-// The number of tokens `body`'s prompt renders to, exactly as prepare_job would tokenize it (the
-// chat template with tools and the generation prompt), without checking it against the context.
-// Errors as prepare_job's.
-Result<int> count_prompt_tokens(RequestKind kind, const nlohmann::json& body, const ModelFacts& facts);
+// The prompt `body` renders to, exactly as prepare_job would render and tokenize it (the chat
+// template with tools and the generation prompt), without checking it against the context: its
+// text (empty for a prompt given as token ids) and its number of tokens. Errors as prepare_job's.
+struct RenderedPrompt {
+  std::string text;
+  int tokens = 0;
+};
+Result<RenderedPrompt> render_prompt_only(RequestKind kind, const nlohmann::json& body, const ModelFacts& facts);
 
 }  // namespace tandem::engine

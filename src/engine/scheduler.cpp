@@ -211,10 +211,10 @@ Result<std::string> Scheduler::detokenize(const std::vector<int32_t>& tokens) co
   return common_detokenize(vocab, std::vector<llama_token>(tokens.begin(), tokens.end()), /*special=*/true);
 }
 
-Result<int> Scheduler::count_prompt(RequestKind kind, const std::string& body) const {
+Result<RenderedPrompt> Scheduler::render_prompt(RequestKind kind, const std::string& body) const {
   nlohmann::json parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return Status::invalid_argument("the request body is not valid JSON");
-  return count_prompt_tokens(kind, parsed, ModelFacts{model_, &chat_, options_.context});
+  return render_prompt_only(kind, parsed, ModelFacts{model_, &chat_, options_.context});
 }
 
 SchedulerStats Scheduler::stats() const {

@@ -25,6 +25,7 @@
 #include "engine/job.h"
 #include "engine/prompt_cache.h"
 #include "engine/protocol.h"
+#include "engine/request.h"
 
 struct llama_context;
 struct llama_model;
@@ -90,8 +91,8 @@ class Scheduler {
   std::string token_piece(int32_t token) const;
   // The text of `tokens`; an id outside the vocabulary is an invalid_argument error naming it.
   Result<std::string> detokenize(const std::vector<int32_t>& tokens) const;
-  // The tokens `body`'s prompt renders to, as submit() would evaluate them.
-  Result<int> count_prompt(RequestKind kind, const std::string& body) const;
+  // The prompt `body` renders to and its number of tokens, as submit() would evaluate them.
+  Result<RenderedPrompt> render_prompt(RequestKind kind, const std::string& body) const;
 
   SchedulerStats stats() const;
   int context_per_request() const { return options_.context; }

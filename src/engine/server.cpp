@@ -378,11 +378,13 @@ void Server::answer(const std::shared_ptr<Connection>& conn, const EngineRequest
     else
       error = text.status();
   } else {
-    auto n = s->count_prompt(r.kind, r.body);
-    if (n.is_ok())
-      e.count = n.value();
-    else
-      error = n.status();
+    auto rendered = s->render_prompt(r.kind, r.body);
+    if (rendered.is_ok()) {
+      e.count = rendered->tokens;
+      e.content = std::move(rendered->text);
+    } else {
+      error = rendered.status();
+    }
   }
   if (!error.is_ok()) {
     e.type = EngineEvent::Type::error;
@@ -419,7 +421,7 @@ void Server::submit(const std::shared_ptr<Connection>& conn, const EngineRequest
     if (!c) return;
     EngineEvent out = e;
     out.id = id;
-    if (e.type != EngineEvent::Type::delta) c->remove_active(id);
+    if (e.type != EngineEvent::Type::delta && e.type != EngineEvent::Type::started) c->remove_active(id);
     c->send(out);
   });
   if (!st.is_ok()) {

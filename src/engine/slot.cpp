@@ -64,6 +64,11 @@ void Slot::start(std::unique_ptr<Job> job, llama_context* ctx) {
   generated_.clear();
   logprobs_.clear();
   n_cached_ = static_cast<int>(keep);
+  EngineEvent started;
+  started.type = EngineEvent::Type::started;
+  started.id = job_->id;
+  started.usage = {static_cast<int>(job_->prompt.size()), 0, n_cached_};
+  job_->on_event(started);
 }
 
 int Slot::add_to_batch(llama_batch& batch, int budget) {
@@ -91,7 +96,9 @@ bool Slot::after_decode(llama_context* ctx) {
   if (!job_ || logits_index_ < 0) return false;
   const int idx = logits_index_;
   logits_index_ = -1;
-  const llama_token token = common_sampler_sample(job_->sampler.get(), ctx, idx);
+  const llama_token token = n_generated_ < static_cast<int>(job_->forced.size())
+                                ? job_->forced[static_cast<size_t>(n_generated_)]
+                                : common_sampler_sample(job_->sampler.get(), ctx, idx);
   common_sampler_accept(job_->sampler.get(), token, true);
   ++n_generated_;
   if (job_->return_tokens) generated_.push_back(token);

@@ -42,7 +42,8 @@ class Slot {
   void set_saved() { saved_ = true; }
 
   // Takes the job, keeping the longest cached prefix of its prompt in the KV stream (at least
-  // one prompt token is always evaluated again, for its logits).
+  // one prompt token is always evaluated again, for its logits), and tells the job's client so
+  // (a started event with the prompt's usage).
   void start(std::unique_ptr<Job> job, llama_context* ctx);
 
   // Adds this slot's next tokens to `batch`: the last sampled token, or up to `budget` prompt

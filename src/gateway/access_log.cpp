@@ -33,6 +33,7 @@ void write(const httplib::Request& req, const httplib::Response& res) {
   if (n.prompt_tokens || n.completion_tokens) {
     fields.emplace_back("prompt_tokens", std::to_string(n.prompt_tokens));
     fields.emplace_back("completion_tokens", std::to_string(n.completion_tokens));
+    fields.emplace_back("cached_tokens", std::to_string(n.cached_tokens));
   }
   if (n.ttft_s >= 0) fields.emplace_back("ttft_ms", millis(n.ttft_s));
   fields.emplace_back("duration_ms", millis(seconds));

@@ -24,6 +24,7 @@ struct Note {
   int status = 0;         // overrides the response's status (a stream that ended in an error)
   double ttft_s = -1;     // < 0: no token
   uint64_t prompt_tokens = 0, completion_tokens = 0;
+  uint64_t cached_tokens = 0;  // of the prompt tokens, those read from a slot or the prompt cache
 };
 
 // Starts the note of the request this thread now serves.

@@ -1,5 +1,6 @@
 #include "gateway/anthropic.h"
 
+#include <algorithm>
 #include <set>
 
 #include "common/log.h"
@@ -12,6 +13,22 @@ using nlohmann::json;
 
 Status field_error(const std::string& field, const std::string& what) {
   return Status::invalid_argument(field + ": " + what);
+}
+
+// o[key] into *out when it has the type (a string, a boolean), *out unchanged when it is absent
+// or null; another type is an error naming the field (nlohmann's value() would throw: a 500,
+// found by fuzzing).
+Status string_field(const json& o, const char* key, const std::string& where, std::string* out) {
+  if (!o.contains(key) || o[key].is_null()) return Status::ok();
+  if (!o[key].is_string()) return field_error(where + "." + key, "must be a string");
+  *out = o[key].get<std::string>();
+  return Status::ok();
+}
+Status bool_field(const json& o, const char* key, const std::string& where, bool* out) {
+  if (!o.contains(key) || o[key].is_null()) return Status::ok();
+  if (!o[key].is_boolean()) return field_error(where + "." + key, "must be a boolean");
+  *out = o[key].get<bool>();
+  return Status::ok();
 }
 
 // The fields a Messages request may carry that mean nothing here; read without a word.
@@ -28,8 +45,9 @@ Result<std::string> text_of(const json& content, const std::string& where) {
   for (size_t i = 0; i < content.size(); ++i) {
     const json& b = content[i];
     const std::string at = where + "[" + std::to_string(i) + "]";
-    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string()) {
-      const std::string type = b.is_object() ? b.value("type", "") : "";
+    std::string type;
+    if (b.is_object()) TANDEM_RETURN_IF_ERROR(string_field(b, "type", at, &type));
+    if (type != "text" || !b.contains("text") || !b["text"].is_string()) {
       return field_error(at, type.empty() || type == "text" ? "must be a text block {type: text, text}"
                                                             : "'" + type + "' blocks are not supported here");
     }
@@ -39,36 +57,97 @@ Result<std::string> text_of(const json& content, const std::string& where) {
   return out;
 }
 
+// Claude Code's billing line opens its system prompt ("x-anthropic-billing-header: cc_version=...;
+// cc_entrypoint=cli; cch=a5145;") and its cch stamp changes with every request: left as it is, no
+// request would reuse the previous one's prefix. It is set to "fffff", as llama-server does, so
+// that both render the same prompt.
+std::string without_stamp(std::string text) {
+  static const std::string kHeader = "x-anthropic-billing-header:";
+  if (text.rfind(kHeader, 0) != 0) return text;
+  const size_t at = text.find("cch=", kHeader.size());
+  constexpr size_t kStamp = 5;
+  if (at == std::string::npos || at + 4 + kStamp >= text.size() || text[at + 4 + kStamp] != ';') return text;
+  text.replace(at + 4, kStamp, std::string(kStamp, 'f'));
+  return text;
+}
+
+// The top-level `system`: a string or text blocks, joined as they are (llama-server's rendering).
+Result<std::string> system_text(const json& system) {
+  if (system.is_string()) return without_stamp(system.get<std::string>());
+  if (!system.is_array()) return field_error("system", "must be a string or an array of text blocks");
+  std::string out;
+  for (size_t i = 0; i < system.size(); ++i) {
+    auto block = text_of(json::array({system[i]}), "system[" + std::to_string(i) + "]");
+    if (!block.is_ok()) return block.status();
+    out += without_stamp(block.value());
+  }
+  return out;
+}
+
+// A text block as an OpenAI content part: the chat template joins a turn's parts (or takes them
+// as they are), exactly as for llama-server, which passes Anthropic's blocks on the same way.
+Result<json> text_part(const json& b, const std::string& at) {
+  if (!b.contains("text") || !b["text"].is_string()) return field_error(at + ".text", "must be a string");
+  return json{{"type", "text"}, {"text", b["text"]}};
+}
+
+// A system turn inside `messages` (Claude Code sends them mid-conversation): kept where it
+// stands, never moved to the front, which would change every later turn's prefix.
+Status convert_system(const json& content, const std::string& where, json& messages) {
+  if (content.is_string()) {
+    messages.push_back({{"role", "system"}, {"content", content}});
+    return Status::ok();
+  }
+  if (!content.is_array()) return field_error(where, "must be a string or an array of text blocks");
+  json parts = json::array();
+  for (size_t i = 0; i < content.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    const json& b = content[i];
+    std::string type;
+    if (b.is_object()) TANDEM_RETURN_IF_ERROR(string_field(b, "type", at, &type));
+    if (type != "text") return field_error(at + ".type", "system turns hold text blocks only; got '" + type + "'");
+    auto part = text_part(b, at);
+    if (!part.is_ok()) return part.status();
+    parts.push_back(part.value());
+  }
+  messages.push_back({{"role", "system"}, {"content", parts.empty() ? json("") : parts}});
+  return Status::ok();
+}
+
 Status convert_user(const json& content, const std::string& where, json& messages) {
   if (content.is_string()) {
     messages.push_back({{"role", "user"}, {"content", content}});
     return Status::ok();
   }
   if (!content.is_array()) return field_error(where, "must be a string or an array of content blocks");
-  std::string text;
+  json parts = json::array();
   for (size_t i = 0; i < content.size(); ++i) {
     const json& b = content[i];
     const std::string at = where + "[" + std::to_string(i) + "]";
     if (!b.is_object()) return field_error(at, "must be a content block object");
-    const std::string type = b.value("type", "");
+    std::string type;
+    TANDEM_RETURN_IF_ERROR(string_field(b, "type", at, &type));
     if (type == "text") {
-      if (!b.contains("text") || !b["text"].is_string()) return field_error(at + ".text", "must be a string");
-      if (!text.empty()) text += "\n";
-      text += b["text"].get<std::string>();
+      auto part = text_part(b, at);
+      if (!part.is_ok()) return part.status();
+      parts.push_back(part.value());
     } else if (type == "tool_result") {
       if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string())
         return field_error(at + ".tool_use_id", "must be a string");
       auto result = text_of(b.value("content", json("")), at + ".content");
       if (!result.is_ok()) return result.status();
       std::string out = result.value();
-      if (b.value("is_error", false)) out = "Error: " + out;
+      bool is_error = false;
+      TANDEM_RETURN_IF_ERROR(bool_field(b, "is_error", at, &is_error));
+      if (is_error) out = "Error: " + out;
       messages.push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", out}});
     } else {
       return field_error(at + ".type",
                          "'" + type + "' blocks are not supported in user turns (text and tool_result are)");
     }
   }
-  if (!text.empty() || content.empty()) messages.push_back({{"role", "user"}, {"content", text}});
+  if (!parts.empty() || content.empty())
+    messages.push_back({{"role", "user"}, {"content", parts.empty() ? json("") : parts}});
   return Status::ok();
 }
 
@@ -84,11 +163,16 @@ Status convert_assistant(const json& content, const std::string& where, json& me
     const json& b = content[i];
     const std::string at = where + "[" + std::to_string(i) + "]";
     if (!b.is_object()) return field_error(at, "must be a content block object");
-    const std::string type = b.value("type", "");
+    std::string type;
+    TANDEM_RETURN_IF_ERROR(string_field(b, "type", at, &type));
     if (type == "text") {
-      text += b.value("text", "");
+      std::string t;
+      TANDEM_RETURN_IF_ERROR(string_field(b, "text", at, &t));
+      text += t;
     } else if (type == "thinking") {
-      reasoning += b.value("thinking", "");
+      std::string t;
+      TANDEM_RETURN_IF_ERROR(string_field(b, "thinking", at, &t));
+      reasoning += t;
     } else if (type == "redacted_thinking") {
       continue;  // encrypted by Anthropic: nothing a local model can read
     } else if (type == "tool_use") {
@@ -119,12 +203,11 @@ Status convert_tools(const json& body, json& out) {
     const std::string at = "tools[" + std::to_string(i) + "]";
     if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
       return field_error(at + ".name", "must be a string");
-    const std::string type = t.value("type", "custom");
+    std::string type = "custom";
+    TANDEM_RETURN_IF_ERROR(string_field(t, "type", at, &type));
     if (type != "custom" || !t.contains("input_schema")) {
       // Server tools (web_search_20250305, bash_20250124, ...) run at Anthropic, not here.
-      log::write(log::Level::debug, "serve",
-                 "messages: tool '" + t["name"].get<std::string>() + "' of type '" + type +
-                     "' cannot run here and is left out of the prompt");
+      note_tool_left_out("messages", t["name"].get<std::string>(), type);
       continue;
     }
     if (!t["input_schema"].is_object()) return field_error(at + ".input_schema", "must be a JSON schema object");
@@ -140,7 +223,9 @@ Status convert_tools(const json& body, json& out) {
     return field_error("tool_choice", "must be an object {type: auto|any|tool|none}");
   }
   const std::string type = choice["type"];
-  if (choice.value("disable_parallel_tool_use", false)) out["parallel_tool_calls"] = false;
+  bool serial = false;
+  TANDEM_RETURN_IF_ERROR(bool_field(choice, "disable_parallel_tool_use", "tool_choice", &serial));
+  if (serial) out["parallel_tool_calls"] = false;
   if (type == "auto") {
     out["tool_choice"] = "auto";
   } else if (type == "any") {
@@ -148,13 +233,13 @@ Status convert_tools(const json& body, json& out) {
   } else if (type == "none") {
     out["tool_choice"] = "none";
   } else if (type == "tool") {
-    const std::string name = choice.value("name", "");
-    json only = json::array();
-    for (const json& t : converted)
-      if (t["function"]["name"] == name) only.push_back(t);
-    if (only.empty()) return field_error("tool_choice.name", "names no tool in tools: '" + name + "'");
-    out["tools"] = only;  // the one way to make the engine call exactly that tool
-    out["tool_choice"] = "required";
+    const json name = choice.value("name", json());
+    if (!name.is_string()) return field_error("tool_choice.name", "must be a string");
+    const bool known =
+        std::any_of(converted.begin(), converted.end(), [&](const json& t) { return t["function"]["name"] == name; });
+    if (!known) return field_error("tool_choice.name", "names no tool in tools: '" + name.get<std::string>() + "'");
+    // Every tool stays in the prompt (its prefix stays the same); the grammar allows only this one.
+    out["tool_choice"] = {{"type", "function"}, {"function", {{"name", name}}}};
   } else {
     return field_error("tool_choice.type", "must be one of auto, any, tool, none; got '" + type + "'");
   }
@@ -179,7 +264,8 @@ Status convert_sampling(const json& body, json& out) {
   }
   const json thinking = body.value("thinking", json());
   if (thinking.is_object()) {
-    const std::string type = thinking.value("type", "");
+    std::string type;
+    TANDEM_RETURN_IF_ERROR(string_field(thinking, "type", "thinking", &type));
     if (type == "disabled")
       out["chat_template_kwargs"] = {{"enable_thinking", false}};
     else if (type != "enabled" && type != "adaptive")
@@ -188,8 +274,12 @@ Status convert_sampling(const json& body, json& out) {
   return Status::ok();
 }
 
-json usage_of(uint64_t input, uint64_t output, uint64_t cached) {
-  return {{"input_tokens", input},
+// Anthropic's usage: input_tokens counts only the prompt tokens evaluated afresh, so that
+// input + cache_read + cache_creation is the whole prompt (Claude Code sums them to know how full
+// its context is). Nothing is billed for writing the cache here: cache_creation is 0.
+json usage_of(uint64_t prompt, uint64_t output, uint64_t cached) {
+  cached = std::min(cached, prompt);
+  return {{"input_tokens", prompt - cached},
           {"output_tokens", output},
           {"cache_read_input_tokens", cached},
           {"cache_creation_input_tokens", 0}};
@@ -219,7 +309,7 @@ Result<json> to_openai(const json& body, const std::string& model_id) {
   }
   json messages = json::array();
   if (body.contains("system") && !body["system"].is_null()) {
-    auto system = text_of(body["system"], "system");
+    auto system = system_text(body["system"]);
     if (!system.is_ok()) return system.status();
     if (!system->empty()) messages.push_back({{"role", "system"}, {"content", system.value()}});
   }
@@ -229,13 +319,18 @@ Result<json> to_openai(const json& body, const std::string& model_id) {
     const json& m = turns[i];
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) return field_error(at, "must be an object");
-    const std::string role = m.value("role", "");
+    std::string role;
+    TANDEM_RETURN_IF_ERROR(string_field(m, "role", at, &role));
     if (!m.contains("content")) return field_error(at + ".content", "is required");
     Status s = role == "user"        ? convert_user(m["content"], at + ".content", messages)
                : role == "assistant" ? convert_assistant(m["content"], at + ".content", messages)
-                                     : field_error(at + ".role", "must be user or assistant; got '" + role + "'");
+               : role == "system"    ? convert_system(m["content"], at + ".content", messages)
+                                  : field_error(at + ".role", "must be user, assistant or system; got '" + role + "'");
     TANDEM_RETURN_IF_ERROR(s);
   }
+  // System turns alone leave the template nothing to answer (found by fuzzing).
+  if (std::none_of(messages.begin(), messages.end(), [](const json& m) { return m["role"] != "system"; }))
+    return field_error("messages", "holds no user or assistant turn");
   out["messages"] = std::move(messages);
   TANDEM_RETURN_IF_ERROR(convert_tools(body, out));
   TANDEM_RETURN_IF_ERROR(convert_sampling(body, out));
@@ -341,8 +436,13 @@ json MessagesDialect::response(const CallInfo& call, const Accumulated& a) {
           {"usage", usage_of(a.prompt_tokens, a.completion_tokens, a.cached_tokens)}};
 }
 
-std::string MessagesDialect::stream_open(const CallInfo& call) {
-  // The prompt's size is known only when the generation ends: message_delta carries it.
+std::string MessagesDialect::stream_started(const CallInfo& call, const Accumulated& so_far) {
+  return message_start(call, so_far.prompt_tokens, so_far.cached_tokens);
+}
+
+std::string MessagesDialect::message_start(const CallInfo& call, uint64_t prompt, uint64_t cached) {
+  if (started_) return "";
+  started_ = true;
   json message = {{"id", call.id},
                   {"type", "message"},
                   {"role", "assistant"},
@@ -350,7 +450,7 @@ std::string MessagesDialect::stream_open(const CallInfo& call) {
                   {"content", json::array()},
                   {"stop_reason", nullptr},
                   {"stop_sequence", nullptr},
-                  {"usage", usage_of(0, 0, 0)}};
+                  {"usage", usage_of(prompt, 0, cached)}};
   return sse_event("message_start", {{"type", "message_start"}, {"message", message}}) + stream_ping();
 }
 
@@ -376,7 +476,8 @@ std::string MessagesDialect::close_block() {
 }
 
 std::string MessagesDialect::stream_event(const CallInfo& call, const GenerationEvent& e, bool) {
-  std::string out;
+  // Without a started event (an engine that sends none) the stream opens with the first event.
+  std::string out = message_start(call, e.prompt_tokens, e.cached_tokens);
   auto delta = [&](const json& d) {
     out += sse_event("content_block_delta", {{"type", "content_block_delta"}, {"index", index_}, {"delta", d}});
   };
@@ -424,6 +525,9 @@ std::string MessagesDialect::stream_error(const CallInfo&, const Status& error) 
   return "event: error\ndata: " + error_body(error) + "\n\n";
 }
 
-std::string MessagesDialect::stream_ping() const { return sse_event("ping", {{"type", "ping"}}); }
+std::string MessagesDialect::stream_ping() const {
+  // Before message_start an SSE comment: clients ignore it, and a ping event may not come first.
+  return started_ ? sse_event("ping", {{"type", "ping"}}) : ": ping\n\n";
+}
 
 }  // namespace tandem::gateway::anthropic

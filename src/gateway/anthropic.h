@@ -13,15 +13,18 @@
 
 namespace tandem::gateway::anthropic {
 
-// Converts a Messages request to an OpenAI chat body:
-// - `system` (a string or text blocks; cache_control ignored) → a system message;
-// - user turns: text blocks → content; tool_result blocks → role "tool" messages (before the
+// Converts a Messages request to an OpenAI chat body, rendering as llama-server's conversion does:
+// - `system` (a string or text blocks, joined as they are; cache_control ignored; the cch stamp of
+//   Claude Code's billing line evened out) → a system message;
+// - system turns inside `messages` → system messages where they stand (never moved to the front);
+// - user turns: text blocks → text parts; tool_result blocks → role "tool" messages (before the
 //   turn's text, as OpenAI wants them right after the assistant's tool calls);
 // - assistant turns: text → content, tool_use → tool_calls, thinking → reasoning_content
 //   (redacted_thinking dropped);
 // - tools (name, description, input_schema) → function tools; server tools (web_search, bash,
 //   ...) tandem cannot run are dropped and logged; tool_choice auto/any/tool/none → auto /
-//   required / required with only that tool / none; disable_parallel_tool_use;
+//   required / {type: function, function: {name}} (every tool stays in the prompt) / none;
+//   disable_parallel_tool_use;
 // - stop_sequences → stop; max_tokens, temperature, top_p, top_k as they are (the engine clamps
 //   max_tokens to what the context holds: a larger one is never refused);
 // - thinking {type: disabled} turns the template's thinking off; enabled/adaptive keep it on;
@@ -52,17 +55,20 @@ class MessagesDialect : public Dialect {
   std::string error_body(const Status& error) const override;
   std::string unauthorized_body(const std::string& message) const override;
   nlohmann::json response(const CallInfo& call, const Accumulated& result) override;
-  std::string stream_open(const CallInfo& call) override;
+  std::string stream_started(const CallInfo& call, const Accumulated& so_far) override;
   std::string stream_event(const CallInfo& call, const GenerationEvent& event, bool first) override;
   std::string stream_error(const CallInfo& call, const Status& error) override;
   std::string stream_ping() const override;
 
  private:
   enum class Block { none, thinking, text, tool_use };
+  // message_start, with the prompt's usage, once per stream; "" after that.
+  std::string message_start(const CallInfo& call, uint64_t prompt, uint64_t cached);
   std::string open_block(Block kind, const nlohmann::json& start);
   std::string close_block();
 
   bool stream_ = false;
+  bool started_ = false;  // message_start was sent
   // The stream's place: the open content block, its index, the tool call it belongs to.
   Block block_ = Block::none;
   int index_ = -1;

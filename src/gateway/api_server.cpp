@@ -24,6 +24,19 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// The server's cap on generated tokens: every limit the OpenAI body gives is lowered to it, and a
+// body without one gets it. A limit that is not a number is left to the engine to refuse.
+void cap_max_tokens(json& body, int cap) {
+  bool any = false;
+  for (const char* k : {"max_tokens", "max_completion_tokens", "n_predict"}) {
+    if (!body.contains(k) || !body[k].is_number_integer()) continue;
+    any = true;
+    const int64_t asked = body[k].get<int64_t>();
+    if (asked < 0 || asked > cap) body[k] = cap;  // n_predict -1: no limit
+  }
+  if (!any) body["max_tokens"] = cap;
+}
+
 void send_error(httplib::Response& res, const Dialect& d, const Status& s, int retry_after_s = 0) {
   res.status = d.http_status(s);
   if (retry_after_s > 0) res.set_header("Retry-After", std::to_string(retry_after_s));
@@ -301,6 +314,7 @@ void ApiServer::generate(const httplib::Request& req, httplib::Response& res, st
   }
   auto body = dialect->parse(req.body, options_.model_id);
   if (!body.is_ok()) return refuse(body.status(), 0);
+  if (options_.max_tokens > 0) cap_max_tokens(body.value(), options_.max_tokens);
   access_log::note().model = body->value("model", "");
   const HealthReport health = health_();
   if (draining_) return refuse(Status::unavailable("the server is shutting down"), 5);
@@ -357,7 +371,7 @@ void ApiServer::respond_complete(const std::shared_ptr<Call>& call, httplib::Res
   for (;;) {
     if (!call->pop(&e, std::chrono::milliseconds(1000))) continue;  // the backend always ends with done or error
     observe(*call, e);
-    if (e.type == GenerationEvent::Type::delta) {
+    if (e.type == GenerationEvent::Type::delta || e.type == GenerationEvent::Type::started) {
       call->result.add(e);
       continue;
     }
@@ -400,16 +414,19 @@ void ApiServer::respond_stream(const std::shared_ptr<Call>& call, httplib::Respo
         observe(*call, e);
         if (e.type == GenerationEvent::Type::error) {
           out += call->dialect->stream_error(call->info, e.error);
+        } else if (e.type == GenerationEvent::Type::started) {
+          call->result.add(e);
+          out += call->dialect->stream_started(call->info, call->result);
         } else {
           call->result.add(e);
           out += call->dialect->stream_event(call->info, e, progress->first_event);
+          progress->first_event = false;
         }
-        progress->first_event = false;
-        if (!sink.write(out.data(), out.size())) {
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
           backend_->cancel(call->request.id);
           return false;
         }
-        if (e.type != GenerationEvent::Type::delta) sink.done();
+        if (e.type == GenerationEvent::Type::done || e.type == GenerationEvent::Type::error) sink.done();
         return true;
       },
       [this, call](bool success) { finish(*call, success ? 200 : 499); });
@@ -419,14 +436,16 @@ void ApiServer::observe(Call& call, const GenerationEvent& e) {
   if (e.type == GenerationEvent::Type::delta && call.first_token == Clock::time_point{})
     call.first_token = Clock::now();
   if (e.type == GenerationEvent::Type::error) call.error_status = openai::http_status(e.error);
-  if (e.type == GenerationEvent::Type::done) {
+  if (e.type == GenerationEvent::Type::started || e.type == GenerationEvent::Type::done) {
     call.result.prompt_tokens = e.prompt_tokens;
-    call.result.completion_tokens = e.completion_tokens;
+    call.result.cached_tokens = e.cached_tokens;
   }
+  if (e.type == GenerationEvent::Type::done) call.result.completion_tokens = e.completion_tokens;
   // Events are taken on the request's own thread: its access-log line learns them here.
   access_log::Note& n = access_log::note();
   n.prompt_tokens = call.result.prompt_tokens;
   n.completion_tokens = call.result.completion_tokens;
+  n.cached_tokens = call.result.cached_tokens;
   if (call.first_token != Clock::time_point{})
     n.ttft_s = std::chrono::duration<double>(call.first_token - call.started).count();
   n.status = call.error_status;

@@ -39,6 +39,7 @@ struct ApiOptions {
   int write_timeout_s = 60;
   int keep_alive_s = 5;             // idle keep-alive connections are closed after this
   int max_in_flight = 64;           // generation requests admitted at once; beyond: 503
+  int max_tokens = 0;               // cap on every request's generated tokens; 0: none
   int threads = 0;                  // HTTP worker threads; 0 = max_in_flight + 8
   int ping_interval_ms = 1000;      // SSE comment while a stream waits: detects gone clients
   bool status_page_public = false;  // /status.json without a key ([server] status_page_public)

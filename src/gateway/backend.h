@@ -22,7 +22,9 @@ struct GenerationRequest {
 };
 
 struct GenerationEvent {
-  enum class Type { delta, done, error };
+  // started: the prompt is tokenized and matched against the cache (prompt_tokens and
+  // cached_tokens set), before the first delta; it may be missing (a request that failed first).
+  enum class Type { started, delta, done, error };
   Type type = Type::delta;
   std::string text;           // delta: new content text
   std::string reasoning;      // delta: new reasoning text (templates that separate it)
@@ -33,9 +35,9 @@ struct GenerationEvent {
   nlohmann::json logprobs;
   std::string finish_reason;   // done: stop, length, tool_calls
   std::string stop_sequence;   // done: the stop string that ended it (finish "stop"), else ""
-  uint64_t prompt_tokens = 0;  // done
+  uint64_t prompt_tokens = 0;  // started, done
   uint64_t completion_tokens = 0;
-  uint64_t cached_tokens = 0;  // done: prompt tokens whose KV cache was reused
+  uint64_t cached_tokens = 0;  // started, done: prompt tokens whose KV cache was reused
   Status error;                // error: what went wrong (code maps to the HTTP status)
 };
 
@@ -44,8 +46,8 @@ using EventSink = std::function<void(const GenerationEvent&)>;
 class Backend {
  public:
   virtual ~Backend() = default;
-  // Starts `request`. Events arrive on `sink` from another thread, ending with exactly one done or
-  // error event; after that the sink is never called again. An error Status here means the request
+  // Starts `request`. Events arrive on `sink` from another thread: started, deltas, and exactly one
+  // done or error event; after that the sink is never called again. An error Status here means the request
   // was not started and `sink` will never be called.
   virtual Status submit(const GenerationRequest& request, EventSink sink) = 0;
   // Asks to stop request `id` early; its sink then gets a done (finish "stop") or error event soon.
@@ -59,8 +61,12 @@ class Backend {
   };
   virtual Result<std::vector<Token>> tokenize(const std::string& text, bool add_special) = 0;
   virtual Result<std::string> detokenize(const std::vector<int32_t>& tokens) = 0;
-  // The tokens of the prompt `body` (an OpenAI chat or completion body) renders to.
-  virtual Result<int> count_tokens(Endpoint endpoint, const nlohmann::json& body) = 0;
+  // The prompt `body` (an OpenAI chat or completion body) renders to, and its number of tokens.
+  struct Rendered {
+    std::string prompt;  // empty for a completion prompt given as token ids
+    int tokens = 0;
+  };
+  virtual Result<Rendered> render(Endpoint endpoint, const nlohmann::json& body) = 0;
 };
 
 }  // namespace tandem::gateway

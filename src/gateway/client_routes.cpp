@@ -50,9 +50,21 @@ void ApiServer::install_client_routes() {
     if (!body.is_ok()) return send(res, d, body.status());
     auto chat = anthropic::to_openai(body.value(), options_.model_id);
     if (!chat.is_ok()) return send(res, d, chat.status());
-    auto n = backend_->count_tokens(Endpoint::chat, chat.value());
+    auto n = backend_->render(Endpoint::chat, chat.value());
     if (!n.is_ok()) return send(res, d, n.status());
-    res.set_content(dump_json({{"input_tokens", n.value()}}), "application/json");
+    res.set_content(dump_json({{"input_tokens", n->tokens}}), "application/json");
+  });
+  // llama-server's shape: an OpenAI chat body → {prompt}, the text the model's template renders
+  // it to (to check what a client's conversation becomes, and that it keeps its prefix).
+  server_->Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+    const openai::OpenAiDialect d(Endpoint::chat);
+    KeyRecord key;
+    if (!authenticate(req, res, &key)) return;
+    auto body = parse_json_object(req.body);
+    if (!body.is_ok()) return send(res, d, body.status());
+    auto rendered = backend_->render(Endpoint::chat, body.value());
+    if (!rendered.is_ok()) return send(res, d, rendered.status());
+    res.set_content(dump_json({{"prompt", rendered->prompt}, {"tokens", rendered->tokens}}), "application/json");
   });
   server_->Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
     generate(req, res, std::make_unique<responses::ResponsesDialect>());

@@ -31,19 +31,35 @@ Result<json> parse_json_object(const std::string& body) {
   return j;
 }
 
-void note_ignored(const std::string& api, const std::string& field) {
+namespace {
+// Whether `what` is said for the first time in this process.
+bool first_time(const std::string& what) {
   static std::mutex mutex;
   static std::set<std::string> seen;  // guarded by mutex
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!seen.insert(api + " " + field).second) return;
-  }
+  std::lock_guard<std::mutex> lock(mutex);
+  return seen.insert(what).second;
+}
+}  // namespace
+
+void note_ignored(const std::string& api, const std::string& field) {
+  if (!first_time(api + " " + field)) return;
   log::write(log::Level::debug, "serve", api + ": the field '" + field + "' is accepted and ignored");
+}
+
+void note_tool_left_out(const std::string& api, const std::string& tool, const std::string& type) {
+  if (!first_time(api + " tool " + tool + " " + type)) return;
+  log::info("serve", api + ": the tool '" + tool + "' of type '" + type +
+                         "' cannot run here and is not offered to the model (said once)");
 }
 
 int Dialect::http_status(const Status& error) const { return openai::http_status(error); }
 
 void Accumulated::add(const GenerationEvent& d) {
+  if (d.type == GenerationEvent::Type::started) {
+    prompt_tokens = d.prompt_tokens;
+    cached_tokens = d.cached_tokens;
+    return;
+  }
   if (d.type == GenerationEvent::Type::done) {
     finish_reason = d.finish_reason;
     stop_sequence = d.stop_sequence;

@@ -26,7 +26,8 @@ struct CallInfo {
   nlohmann::json body;   // the OpenAI body sent to the backend
 };
 
-// A finished request's merged deltas.
+// A request's merged events so far: the prompt's usage from its started event, the deltas, and
+// from its done event the finish and the whole usage.
 struct Accumulated {
   std::string text, reasoning;
   nlohmann::json tool_calls = nlohmann::json::array();  // OpenAI's message.tool_calls
@@ -34,7 +35,8 @@ struct Accumulated {
   std::string finish_reason = "stop";
   std::string stop_sequence;
   uint64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
-  // Merges a delta, partial tool-call deltas included; a done event sets the finish and usage.
+  // Merges an event: started sets the prompt's usage; deltas, partial tool-call deltas included;
+  // done sets the finish and usage.
   void add(const GenerationEvent& event);
 };
 
@@ -63,6 +65,9 @@ class Dialect {
   // Server-sent-event text: what a stream opens with, what one event adds (`first`: the stream's
   // first event), an error that ends the stream, and the keep-alive sent while nothing happens.
   virtual std::string stream_open(const CallInfo&) { return ""; }
+  // What the stream says once the prompt's usage is known (`so_far`'s prompt and cached tokens),
+  // before the first generated token.
+  virtual std::string stream_started(const CallInfo&, const Accumulated& /*so_far*/) { return ""; }
   virtual std::string stream_event(const CallInfo& call, const GenerationEvent& event, bool first) = 0;
   virtual std::string stream_error(const CallInfo& call, const Status& error) = 0;
   virtual std::string stream_ping() const { return ": ping\n\n"; }
@@ -77,6 +82,10 @@ std::string dump_json(const nlohmann::json& j);
 // Logs, once per process and at debug level, that `api` accepted and ignored `field` (a beta or
 // unknown field a client sends): clients are not refused for them, and the log stays quiet.
 void note_ignored(const std::string& api, const std::string& field);
+
+// Logs, once per process and at info level, that a tool a client offers (a server tool such as
+// web_search, a namespace of sub-agent tools) cannot run here and is left out of the prompt.
+void note_tool_left_out(const std::string& api, const std::string& tool, const std::string& type);
 
 // Parses a request body: invalid JSON is reported with its byte position, a non-object named.
 Result<nlohmann::json> parse_json_object(const std::string& body);

@@ -71,6 +71,11 @@ GenerationEvent EngineBackend::convert(const engine::EngineEvent& e) {
       g.logprobs = logprobs_json(e.logprobs);
       break;
     }
+    case engine::EngineEvent::Type::started:
+      g.type = GenerationEvent::Type::started;
+      g.prompt_tokens = static_cast<uint64_t>(e.usage.prompt_tokens);
+      g.cached_tokens = static_cast<uint64_t>(e.usage.cached_tokens);
+      break;
     case engine::EngineEvent::Type::done:
       g.type = GenerationEvent::Type::done;
       g.finish_reason = e.finish_reason;
@@ -159,14 +164,14 @@ Result<std::string> EngineBackend::detokenize(const std::vector<int32_t>& tokens
   return e->content;
 }
 
-Result<int> EngineBackend::count_tokens(Endpoint endpoint, const nlohmann::json& body) {
+Result<Backend::Rendered> EngineBackend::render(Endpoint endpoint, const nlohmann::json& body) {
   engine::EngineRequest r;
   r.op = engine::EngineRequest::Op::count;
   r.kind = endpoint == Endpoint::chat ? engine::RequestKind::chat : engine::RequestKind::completion;
   r.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   auto e = ask(client(), std::move(r));
   if (!e.is_ok()) return e.status();
-  return e->count;
+  return Rendered{e->content, e->count};
 }
 
 }  // namespace tandem::gateway

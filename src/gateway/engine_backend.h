@@ -24,7 +24,7 @@ class EngineBackend : public Backend {
   void cancel(const std::string& id) override;
   Result<std::vector<Token>> tokenize(const std::string& text, bool add_special) override;
   Result<std::string> detokenize(const std::vector<int32_t>& tokens) override;
-  Result<int> count_tokens(Endpoint endpoint, const nlohmann::json& body) override;
+  Result<Rendered> render(Endpoint endpoint, const nlohmann::json& body) override;
 
   // Converts one engine event to the front end's form (exposed for tests).
   static GenerationEvent convert(const engine::EngineEvent& e);

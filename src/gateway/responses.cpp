@@ -16,6 +16,22 @@ Status field_error(const std::string& field, const std::string& what) {
   return Status::invalid_argument(field + ": " + what);
 }
 
+// o[key] into *out when it has the type (a string, a boolean), *out unchanged when it is absent
+// or null; another type is an error naming the field (nlohmann's value() would throw: a 500,
+// found by fuzzing).
+Status string_field(const json& o, const char* key, const std::string& where, std::string* out) {
+  if (!o.contains(key) || o[key].is_null()) return Status::ok();
+  if (!o[key].is_string()) return field_error(where + "." + key, "must be a string");
+  *out = o[key].get<std::string>();
+  return Status::ok();
+}
+Status bool_field(const json& o, const char* key, const std::string& where, bool* out) {
+  if (!o.contains(key) || o[key].is_null()) return Status::ok();
+  if (!o[key].is_boolean()) return field_error(where.empty() ? key : where + "." + key, "must be a boolean");
+  *out = o[key].get<bool>();
+  return Status::ok();
+}
+
 const std::set<std::string> kKnown = {"model",        "input",
                                       "instructions", "tools",
                                       "tool_choice",  "parallel_tool_calls",
@@ -32,14 +48,37 @@ Result<std::string> content_text(const json& content, const std::string& where) 
   std::string out;
   for (size_t i = 0; i < content.size(); ++i) {
     const json& p = content[i];
-    const std::string type = p.is_object() ? p.value("type", "") : "";
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    std::string type, text;
+    if (p.is_object()) TANDEM_RETURN_IF_ERROR(string_field(p, "type", at, &type));
+    if (type != "input_text" && type != "output_text" && type != "text") {
+      return field_error(at + ".type", "'" + type + "' parts are not supported (input_text and output_text are)");
+    }
+    TANDEM_RETURN_IF_ERROR(string_field(p, "text", at, &text));
+    out += text;
+  }
+  return out;
+}
+
+// A message's content as OpenAI text parts: a string is one part.
+Result<json> content_parts(const json& content, const std::string& where) {
+  if (content.is_string() || content.is_null())
+    return json::array({{{"type", "text"}, {"text", content.is_null() ? "" : content}}});
+  if (!content.is_array()) return field_error(where, "must be a string or an array of content parts");
+  json parts = json::array();
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& p = content[i];
+    std::string type;
+    if (p.is_object()) TANDEM_RETURN_IF_ERROR(string_field(p, "type", where + "[" + std::to_string(i) + "]", &type));
     if (type != "input_text" && type != "output_text" && type != "text") {
       return field_error(where + "[" + std::to_string(i) + "].type",
                          "'" + type + "' parts are not supported (input_text and output_text are)");
     }
-    out += p.value("text", "");
+    const json text = p.value("text", json(""));
+    if (!text.is_string()) return field_error(where + "[" + std::to_string(i) + "].text", "must be a string");
+    parts.push_back({{"type", "text"}, {"text", text}});
   }
-  return out;
+  return parts;
 }
 
 Status convert_input(const json& input, json& messages) {
@@ -52,22 +91,34 @@ Status convert_input(const json& input, json& messages) {
     const json& it = input[i];
     const std::string at = "input[" + std::to_string(i) + "]";
     if (!it.is_object()) return field_error(at, "must be an object");
-    const std::string type = it.value("type", it.contains("role") ? "message" : "");
+    std::string type = it.contains("role") ? "message" : "";
+    TANDEM_RETURN_IF_ERROR(string_field(it, "type", at, &type));
     if (type == "message") {
-      const std::string role = it.value("role", "");
+      std::string role;
+      TANDEM_RETURN_IF_ERROR(string_field(it, "role", at, &role));
       if (role != "user" && role != "assistant" && role != "system" && role != "developer") {
         return field_error(at + ".role", "must be user, assistant, system or developer; got '" + role + "'");
       }
-      auto text = content_text(it.value("content", json()), at + ".content");
-      if (!text.is_ok()) return text.status();
-      messages.push_back({{"role", role == "developer" ? "system" : role}, {"content", text.value()}});
+      const json content = it.value("content", json());
+      if (role == "assistant") {
+        auto text = content_text(content, at + ".content");
+        if (!text.is_ok()) return text.status();
+        messages.push_back({{"role", role}, {"content", text.value()}});
+        continue;
+      }
+      // In place and as parts, as llama-server passes them: the chat template joins them, and
+      // llama.cpp's common library reads developer as system for every template but gpt-oss's.
+      auto parts = content_parts(content, at + ".content");
+      if (!parts.is_ok()) return parts.status();
+      messages.push_back({{"role", role}, {"content", parts.value()}});
     } else if (type == "function_call") {
       if (!it.contains("call_id") || !it["call_id"].is_string())
         return field_error(at + ".call_id", "must be a string");
       if (!it.contains("name") || !it["name"].is_string()) return field_error(at + ".name", "must be a string");
-      json call = {{"id", it["call_id"]},
-                   {"type", "function"},
-                   {"function", {{"name", it["name"]}, {"arguments", it.value("arguments", json("{}"))}}}};
+      std::string arguments = "{}";  // JSON text, as the chat API has it
+      TANDEM_RETURN_IF_ERROR(string_field(it, "arguments", at, &arguments));
+      json call = {
+          {"id", it["call_id"]}, {"type", "function"}, {"function", {{"name", it["name"]}, {"arguments", arguments}}}};
       // Calls that follow an assistant message (or each other) belong to that one message.
       const bool join = !messages.empty() && messages.back()["role"] == "assistant";
       if (join) {
@@ -92,6 +143,8 @@ Status convert_input(const json& input, json& messages) {
 }
 
 Status convert_tools(const json& body, json& out) {
+  bool parallel = true;  // checked with or without tools: the Response echoes it
+  TANDEM_RETURN_IF_ERROR(bool_field(body, "parallel_tool_calls", "", &parallel));
   const json tools = body.value("tools", json());
   if (tools.is_null()) return Status::ok();
   if (!tools.is_array()) return field_error("tools", "must be an array");
@@ -99,15 +152,20 @@ Status convert_tools(const json& body, json& out) {
   for (size_t i = 0; i < tools.size(); ++i) {
     const json& t = tools[i];
     const std::string at = "tools[" + std::to_string(i) + "]";
-    const std::string type = t.is_object() ? t.value("type", "") : "";
+    std::string type;
+    if (t.is_object()) TANDEM_RETURN_IF_ERROR(string_field(t, "type", at, &type));
     if (type != "function") {
-      log::write(log::Level::debug, "serve",
-                 "responses: a tool of type '" + type + "' cannot run here and is left out of the prompt");
+      const bool named = t.is_object() && t.contains("name") && t["name"].is_string();
+      note_tool_left_out("responses", named ? t["name"].get<std::string>() : at, type);
       continue;
     }
     if (!t.contains("name") || !t["name"].is_string()) return field_error(at + ".name", "must be a string");
-    json f = {{"name", t["name"]},
-              {"parameters", t.value("parameters", json{{"type", "object"}, {"properties", json::object()}})}};
+    const json parameters = t.value("parameters", json());
+    if (!parameters.is_null() && !parameters.is_object())
+      return field_error(at + ".parameters", "must be a JSON schema object");
+    json f = {
+        {"name", t["name"]},
+        {"parameters", parameters.is_null() ? json{{"type", "object"}, {"properties", json::object()}} : parameters}};
     if (t.contains("description") && t["description"].is_string()) f["description"] = t["description"];
     converted.push_back({{"type", "function"}, {"function", f}});
   }
@@ -121,14 +179,17 @@ Status convert_tools(const json& body, json& out) {
     if (c != "auto" && c != "none" && c != "required")
       return field_error("tool_choice", "must be auto, none, required or {type: function, name}");
     out["tool_choice"] = c;
-  } else if (choice.is_object() && choice.value("type", "") == "function") {
-    const std::string name = choice.value("name", "");
-    json only = json::array();
-    for (const json& t : converted)
-      if (t["function"]["name"] == name) only.push_back(t);
-    if (only.empty()) return field_error("tool_choice.name", "names no function tool in tools: '" + name + "'");
-    out["tools"] = only;
-    out["tool_choice"] = "required";
+  } else if (choice.is_object() && choice.value("type", json()) == "function") {
+    const json name = choice.value("name", json());
+    if (!name.is_string()) return field_error("tool_choice.name", "must be a string");
+    const bool known =
+        std::any_of(converted.begin(), converted.end(), [&](const json& t) { return t["function"]["name"] == name; });
+    if (!known)
+      return field_error("tool_choice.name", "names no function tool in tools: '" + name.get<std::string>() + "'");
+    // Every tool stays in the prompt; the engine's grammar allows only this one.
+    out["tool_choice"] = {{"type", "function"}, {"function", {{"name", name}}}};
+  } else if (!choice.is_null()) {
+    return field_error("tool_choice", "must be auto, none, required or {type: function, name}");
   }
   return Status::ok();
 }
@@ -143,17 +204,21 @@ Status convert_options(const json& body, json& out) {
   for (const char* k : {"temperature", "top_p"}) {
     if (body.contains(k) && !body[k].is_null()) out[k] = body[k];
   }
-  const json format = body.value("text", json::object()).value("format", json());
+  const json text = body.value("text", json());
+  if (!text.is_null() && !text.is_object()) return field_error("text", "must be an object");
+  const json format = text.is_object() ? text.value("format", json()) : json();
+  if (!format.is_null() && !format.is_object()) return field_error("text.format", "must be an object");
   if (format.is_object()) {
-    const std::string type = format.value("type", "text");
+    std::string type = "text", name = "response";
+    bool strict = false;
+    TANDEM_RETURN_IF_ERROR(string_field(format, "type", "text.format", &type));
     if (type == "json_schema") {
       if (!format.contains("schema") || !format["schema"].is_object())
         return field_error("text.format.schema", "must be a JSON schema object");
+      TANDEM_RETURN_IF_ERROR(string_field(format, "name", "text.format", &name));
+      TANDEM_RETURN_IF_ERROR(bool_field(format, "strict", "text.format", &strict));
       out["response_format"] = {{"type", "json_schema"},
-                                {"json_schema",
-                                 {{"name", format.value("name", "response")},
-                                  {"schema", format["schema"]},
-                                  {"strict", format.value("strict", false)}}}};
+                                {"json_schema", {{"name", name}, {"schema", format["schema"]}, {"strict", strict}}}};
     } else if (type == "json_object") {
       out["response_format"] = {{"type", "json_object"}};
     } else if (type != "text") {
@@ -218,8 +283,8 @@ Result<json> to_openai(const json& body, const std::string& model_id) {
   }
   if (!body.contains("input")) return field_error("input", "is required");
   TANDEM_RETURN_IF_ERROR(convert_input(body["input"], messages));
-  const bool any_turn =
-      std::any_of(messages.begin(), messages.end(), [](const json& m) { return m["role"] != "system"; });
+  const bool any_turn = std::any_of(messages.begin(), messages.end(),
+                                    [](const json& m) { return m["role"] != "system" && m["role"] != "developer"; });
   if (!any_turn) return field_error("input", "holds no message to answer");
   out["messages"] = std::move(messages);
   TANDEM_RETURN_IF_ERROR(convert_tools(body, out));
@@ -259,7 +324,7 @@ json ResponsesDialect::envelope(const CallInfo& call, const std::string& status,
             {"max_output_tokens", request_.value("max_output_tokens", json())},
             {"model", call.model_id},
             {"output", std::move(output)},
-            {"parallel_tool_calls", request_.value("parallel_tool_calls", true)},
+            {"parallel_tool_calls", request_.value("parallel_tool_calls", json()) != false},
             {"previous_response_id", nullptr},
             {"reasoning",
              {{"effort", reasoning.is_object() ? reasoning.value("effort", json()) : json()},

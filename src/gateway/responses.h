@@ -18,12 +18,14 @@ namespace tandem::gateway::responses {
 
 // Converts a Responses request to an OpenAI chat body:
 // - `instructions` → a system message; `input` a string (one user message) or items: messages
-//   (role user/assistant/system/developer, content a string or input_text/output_text parts),
+//   (role user/assistant/system/developer, anywhere, content a string or input_text/output_text
+//   parts, passed on as text parts; developer stays developer, which llama.cpp reads as system),
 //   function_call items (→ the assistant's tool_calls, consecutive calls in one message),
 //   function_call_output items (→ tool messages); reasoning and other items are left out;
 // - tools of type function (flat: name, description, parameters) → function tools; other types
 //   (web_search, namespace, file_search, ...) are dropped from the prompt and logged;
-//   tool_choice auto/none/required/{type: function, name}; parallel_tool_calls;
+//   tool_choice auto/none/required/{type: function, name} (→ OpenAI's named form, every tool kept);
+//   parallel_tool_calls;
 // - text.format json_schema → response_format json_schema, json_object → json_object;
 // - max_output_tokens → max_tokens; temperature, top_p; reasoning.effort → reasoning_effort;
 // - store, include, prompt_cache_key, client_metadata, metadata, user, truncation: ignored.

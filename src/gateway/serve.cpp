@@ -162,6 +162,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
   ao.model_id = c.server.model_id.empty() ? default_model_id(c.model.path) : c.server.model_id;
   ao.auth = !c.server.insecure_no_auth;
   ao.max_in_flight = c.server.max_in_flight;
+  ao.max_tokens = c.server.max_tokens;
   ao.status_page_public = c.server.status_page_public;
   ao.cors_origins = c.server.cors_origins;
   std::atomic<Backend*> backend{nullptr};
@@ -184,9 +185,9 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
       Backend* b = target->load();
       return b ? b->detokenize(tokens) : Result<std::string>(Status::unavailable("the cluster is starting"));
     }
-    Result<int> count_tokens(Endpoint e, const nlohmann::json& body) override {
+    Result<Rendered> render(Endpoint e, const nlohmann::json& body) override {
       Backend* b = target->load();
-      return b ? b->count_tokens(e, body) : Result<int>(Status::unavailable("the cluster is starting"));
+      return b ? b->render(e, body) : Result<Rendered>(Status::unavailable("the cluster is starting"));
     }
   } late;
   late.target = &backend;

@@ -173,6 +173,69 @@ TEST_F(ChatTemplateTest, AGeneratedToolCallIsParsedBack) {
   EXPECT_EQ(all.reasoning, "The tool knows.");
 }
 
+// The prompts llama-server renders for `bodies` on the model at `path` (its /apply-template) into
+// `prompts`; "" or what went wrong.
+std::string llama_server_prompts(const ScratchDir& dir, const std::string& path, const std::vector<json>& bodies,
+                                 std::vector<std::string>* prompts) {
+  const int port = tandem::testing::free_port();
+  ChildProcess server({TANDEM_LLAMA_SERVER_EXE, "-m", path, "--host", "127.0.0.1", "--port", std::to_string(port), "-c",
+                       "1024", "-np", "1", "-t", "1", "--no-warmup"},
+                      dir.file("llama-server.log"));
+  if (!tandem::testing::wait_for_port(port, 60000)) return "llama-server did not open its port";
+  for (const json& body : bodies) {
+    std::string answer;
+    // The port opens before the model is loaded; /apply-template answers once it is.
+    for (int i = 0; i < 300 && answer.empty(); ++i) {
+      answer = http_post(port, "/apply-template", body.dump());
+      if (answer.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (answer.empty()) return "llama-server did not answer /apply-template for " + body.dump();
+    prompts->push_back(json::parse(answer).at("prompt").get<std::string>());
+  }
+  return "";
+}
+
+// Agents send system (and developer) turns in the middle of a conversation, and text as parts.
+// Each is rendered where it stands, exactly as llama-server renders it on the same template, also
+// where the template has no place for it (MiniMax-M3's leaves a later system turn out; Qwen3's
+// shows it as a system turn; GLM's as its own): the same conversation always gives the same prefix.
+TEST(ChatTemplateMidSystem, SystemAndDeveloperTurnsAnywhereRenderAsLlamaServerRendersThem) {
+  const json parts = json::array({{{"type", "text"}, {"text", "Environment:"}}, {{"type", "text"}, {"text", " /tmp"}}});
+  const json messages = json::array({
+      {{"role", "system"}, {"content", "You answer briefly."}},
+      {{"role", "user"}, {"content", parts}},
+      {{"role", "system"}, {"content", parts}},
+      {{"role", "assistant"}, {"content", "Hello."}},
+      {{"role", "developer"}, {"content", "Reminder: be brief."}},
+      {{"role", "user"}, {"content", "And now?"}},
+  });
+  json first_user_first = messages;
+  first_user_first.erase(0);  // a conversation that opens with a user turn
+  const std::vector<json> bodies = {{{"messages", messages}},
+                                    {{"messages", messages}, {"tools", json::array({weather_tool()})}},
+                                    {{"messages", first_user_first}}};
+  for (const std::string preset : {"tiny", "tiny-qwen3moe", "tiny-glm4moe"}) {
+    ScratchDir dir;
+    const std::string path = dir.file(preset + ".gguf");
+    ASSERT_TRUE(synth::write_model(synth::preset(preset).value(), path, {}).is_ok());
+    std::vector<std::string> expected;
+    const std::string failed = llama_server_prompts(dir, path, bodies, &expected);
+    ASSERT_EQ(failed, "") << preset;
+    LoadOptions lo;
+    lo.model = path;
+    auto model = load_model(lo);
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    auto templates = ChatTemplates::load(model->get());
+    ASSERT_TRUE(templates.is_ok()) << templates.status().to_string();
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      auto ours = templates->render(bodies[i]);
+      ASSERT_TRUE(ours.is_ok()) << preset << ": " << ours.status().to_string();
+      EXPECT_EQ(ours->prompt, expected[i]) << preset << ": " << bodies[i].dump();
+      EXPECT_NE(ours->prompt.find("And now?"), std::string::npos) << preset;
+    }
+  }
+}
+
 TEST_F(ChatTemplateTest, ReasoningIsKeptApartFromContent) {
   json asked = {{"messages", json::array({{{"role", "user"}, {"content", "Think first."}}})}};
   auto prompt = templates_->render(asked);

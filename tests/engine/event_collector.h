@@ -17,7 +17,9 @@ class EventCollector {
   void operator()(const EngineEvent& e) {
     std::lock_guard<std::mutex> lock(mutex_);
     events_.push_back(e);
-    if (e.type == EngineEvent::Type::delta) {
+    if (e.type == EngineEvent::Type::started) {
+      started_ = e;
+    } else if (e.type == EngineEvent::Type::delta) {
       text_ += e.text;
       reasoning_ += e.reasoning;
       ++deltas_;
@@ -51,6 +53,11 @@ class EventCollector {
     std::lock_guard<std::mutex> l(mutex_);
     return final_;
   }
+  // The started event (type delta, empty, while none came).
+  EngineEvent started_event() {
+    std::lock_guard<std::mutex> l(mutex_);
+    return started_;
+  }
   std::vector<EngineEvent> events() {
     std::lock_guard<std::mutex> l(mutex_);
     return events_;
@@ -64,6 +71,7 @@ class EventCollector {
   int deltas_ = 0;
   bool finished_ = false;
   EngineEvent final_;
+  EngineEvent started_;
 };
 
 }  // namespace tandem::engine::testing

@@ -76,6 +76,17 @@ TEST(Protocol, EventsRoundTrip) {
   EXPECT_EQ(back->tool_calls[0].name, "get_weather");
   EXPECT_EQ(back->tool_calls[0].arguments, "{\"ci");
 
+  EngineEvent started;
+  started.type = EngineEvent::Type::started;
+  started.id = "a";
+  started.usage = {13000, 0, 12900};
+  back = decode_event(encode_event(started));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->type, EngineEvent::Type::started);
+  EXPECT_EQ(back->id, "a");
+  EXPECT_EQ(back->usage.prompt_tokens, 13000);
+  EXPECT_EQ(back->usage.cached_tokens, 12900);
+
   EngineEvent e;
   e.type = EngineEvent::Type::error;
   e.id = "a";

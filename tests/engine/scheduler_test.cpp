@@ -338,6 +338,81 @@ TEST_F(SchedulerTest, JsonSchemaOutputParsesAndValidates) {
   }
 }
 
+// A request says how much of its prompt it reuses before its first token: the started event.
+TEST_F(SchedulerTest, TheStartedEventGivesThePromptAndItsCachedPartBeforeTheFirstToken) {
+  auto s = make(1);
+  for (int turn = 0; turn < 2; ++turn) {
+    auto c = std::make_shared<EventCollector>();
+    ASSERT_TRUE(s->submit("t" + std::to_string(turn), RequestKind::completion,
+                          greedy("The cable between the two boxes", 4).dump(), [c](const EngineEvent& e) { (*c)(e); })
+                    .is_ok());
+    ASSERT_TRUE(c->wait());
+    const auto events = c->events();
+    ASSERT_GE(events.size(), 2u);
+    EXPECT_EQ(events[0].type, EngineEvent::Type::started);
+    const EngineEvent done = c->final_event();
+    ASSERT_EQ(done.type, EngineEvent::Type::done) << done.message;
+    EXPECT_EQ(events[0].usage.prompt_tokens, done.usage.prompt_tokens);
+    EXPECT_EQ(events[0].usage.cached_tokens, done.usage.cached_tokens);
+    if (turn == 0) EXPECT_EQ(done.usage.cached_tokens, 0);
+    if (turn == 1) EXPECT_EQ(done.usage.cached_tokens, done.usage.prompt_tokens - 1);  // the last one runs again
+  }
+}
+
+// tool_choice is obeyed by the grammar: required and a named tool force a call (of that tool),
+// none forbids one; every tool stays in the prompt whichever is chosen.
+TEST_F(SchedulerTest, ToolChoiceForcesOrForbidsACall) {
+  auto s = make(1, 1024);
+  auto tool = [](const std::string& name) {
+    return json{{"type", "function"},
+                {"function",
+                 {{"name", name},
+                  {"parameters",
+                   {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}}}}}};
+  };
+  const json messages = json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}}});
+  const json tools = json::array({tool("get_weather"), tool("get_time")});
+  struct Case {
+    json choice;
+    std::string called;  // the tool whose call is forced; "" = none may be made
+  };
+  for (const Case& k :
+       {Case{"required", "*"}, Case{{{"type", "function"}, {"function", {{"name", "get_time"}}}}, "get_time"},
+        Case{"none", ""}}) {
+    json body = {
+        {"messages", messages}, {"tools", tools}, {"tool_choice", k.choice}, {"max_tokens", 96}, {"temperature", 0}};
+    auto c = std::make_shared<EventCollector>();
+    ASSERT_TRUE(s->submit("tc", RequestKind::chat, body.dump(), [c](const EngineEvent& e) { (*c)(e); }).is_ok());
+    ASSERT_TRUE(c->wait());
+    std::string names;
+    for (const auto& e : c->events())
+      for (const auto& t : e.tool_calls) names += t.name;
+    const EngineEvent done = c->final_event();
+    ASSERT_EQ(done.type, EngineEvent::Type::done) << done.message;
+    if (k.called.empty()) {
+      EXPECT_EQ(names, "") << k.choice.dump();
+      EXPECT_NE(done.finish_reason, "tool_calls");
+    } else {
+      // The answer is the call from its first token (a random model may not finish its arguments
+      // within max_tokens: finish length, the call named all the same).
+      EXPECT_EQ(c->text(), "") << k.choice.dump();
+      if (k.called != "*") EXPECT_EQ(names, k.called) << k.choice.dump();
+      EXPECT_FALSE(names.empty()) << k.choice.dump() << ": " << done.finish_reason;
+    }
+  }
+  // A name no tool has, and required without tools, are refused with the field's name.
+  auto refused = [&](const json& body) {
+    Status st = s->submit("bad", RequestKind::chat, body.dump(), [](const EngineEvent&) {});
+    return st.is_ok() ? std::string() : st.message();
+  };
+  EXPECT_NE(refused({{"messages", messages},
+                     {"tools", tools},
+                     {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}})
+                .find("tool_choice"),
+            std::string::npos);
+  EXPECT_NE(refused({{"messages", messages}, {"tool_choice", "required"}}).find("tool_choice"), std::string::npos);
+}
+
 TEST_F(SchedulerTest, InvalidRequestsAreErrorsThatNameTheField) {
   auto s = make(1, 64);
   auto submit = [&](const json& body, RequestKind kind = RequestKind::completion) {

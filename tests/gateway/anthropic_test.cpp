@@ -37,8 +37,10 @@ TEST(AnthropicConvert, SystemBlocksToolsAndUnknownFields) {
   EXPECT_EQ(b["model"], "tiny");
   EXPECT_EQ(b["max_tokens"], 32000);  // the engine clamps it to the context; never refused
   ASSERT_EQ(b["messages"].size(), 2u);
-  EXPECT_EQ(b["messages"][0], (json{{"role", "system"}, {"content", "You are Claude Code.\nBe brief."}}));
-  EXPECT_EQ(b["messages"][1], (json{{"role", "user"}, {"content", "list files"}}));
+  // System blocks are joined as they are and text blocks stay parts, as llama-server passes them.
+  EXPECT_EQ(b["messages"][0], (json{{"role", "system"}, {"content", "You are Claude Code.Be brief."}}));
+  EXPECT_EQ(b["messages"][1],
+            (json{{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", "list files"}}})}}));
   // The server tool is left out; the client tool becomes a function.
   ASSERT_EQ(b["tools"].size(), 1u);
   EXPECT_EQ(b["tools"][0]["type"], "function");
@@ -82,13 +84,14 @@ TEST(AnthropicConvert, ToolUseAndToolResultTurnsBecomeToolCallsAndToolMessages) 
   EXPECT_EQ(m[1]["tool_calls"][0]["function"]["name"], "get_weather");
   EXPECT_EQ(json::parse(m[1]["tool_calls"][0]["function"]["arguments"].get<std::string>()), (json{{"city", "Paris"}}));
   EXPECT_EQ(m[2], (json{{"role", "tool"}, {"tool_call_id", "toolu_1"}, {"content", "sunny"}}));
-  EXPECT_EQ(m[3], (json{{"role", "user"}, {"content", "and tomorrow?"}}));
+  EXPECT_EQ(m[3], (json{{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", "and tomorrow?"}}})}}));
   EXPECT_EQ(r.value()["stop"], json::array({"END"}));
   EXPECT_EQ(r.value()["temperature"], 0.5);
   EXPECT_EQ(r.value()["top_k"], 5);
-  // tool_choice {type: tool} keeps only that tool and requires a call.
-  EXPECT_EQ(r.value()["tool_choice"], "required");
-  ASSERT_EQ(r.value()["tools"].size(), 1u);
+  // tool_choice {type: tool} names the tool for the engine's grammar; every tool stays in the
+  // prompt, so the conversation keeps its prefix.
+  EXPECT_EQ(r.value()["tool_choice"], (json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}));
+  ASSERT_EQ(r.value()["tools"].size(), 2u);
   EXPECT_EQ(r.value()["chat_template_kwargs"]["enable_thinking"], false);
 }
 
@@ -100,14 +103,90 @@ TEST(AnthropicConvert, ErrorsNameTheField) {
   EXPECT_NE(r.status().message().find("messages[0].content[0].type"), std::string::npos) << r.status().message();
   body = {{"model", "claude-x"}, {"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
   EXPECT_EQ(anthropic::to_openai(body, "tiny").status().code(), StatusCode::not_found);
-  body = {{"max_tokens", 5}, {"messages", {{{"role", "system"}, {"content", "hi"}}}}};
+  body = {{"max_tokens", 5}, {"messages", {{{"role", "tool"}, {"content", "hi"}}}}};
   EXPECT_NE(anthropic::to_openai(body, "tiny").status().message().find("messages[0].role"), std::string::npos);
+  body = {{"max_tokens", 5}, {"messages", {{{"role", "system"}, {"content", {{{"type", "image"}}}}}}}};
+  EXPECT_NE(anthropic::to_openai(body, "tiny").status().message().find("messages[0].content[0].type"),
+            std::string::npos);
+  body = {{"max_tokens", 5},
+          {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+          {"tools", {{{"name", "a"}, {"input_schema", {{"type", "object"}}}}}},
+          {"tool_choice", {{"type", "tool"}, {"name", "b"}}}};
+  EXPECT_NE(anthropic::to_openai(body, "tiny").status().message().find("tool_choice.name"), std::string::npos);
   // No model: the one served.
   body = {{"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
   EXPECT_EQ(anthropic::to_openai(body, "tiny").value()["model"], "tiny");
 }
 
+// Claude Code sends system turns inside `messages` (its mid-conversation-system beta): each stays
+// where it stands, so that the conversation's prefix never changes from one turn to the next.
+TEST(AnthropicConvert, SystemTurnsStayWhereTheyStand) {
+  json body = {{"max_tokens", 5},
+               {"system", "top"},
+               {"messages",
+                {{{"role", "user"}, {"content", "one"}},
+                 {{"role", "system"},
+                  {"content", {{{"type", "text"}, {"text", "env"}, {"cache_control", {{"type", "ephemeral"}}}}}}},
+                 {{"role", "assistant"}, {"content", "two"}},
+                 {{"role", "system"}, {"content", "reminder"}},
+                 {{"role", "user"}, {"content", "three"}}}}};
+  auto r = anthropic::to_openai(body, "tiny");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  std::vector<std::string> roles;
+  for (const json& m : r.value()["messages"]) roles.push_back(m["role"]);
+  EXPECT_EQ(roles, (std::vector<std::string>{"system", "user", "system", "assistant", "system", "user"}));
+  EXPECT_EQ(r.value()["messages"][2]["content"], json::array({{{"type", "text"}, {"text", "env"}}}));
+  EXPECT_EQ(r.value()["messages"][4]["content"], "reminder");
+}
+
+// The billing line Claude Code puts first in its system prompt carries a stamp that changes with
+// every request; it is evened out (as llama-server does) so that two turns share their prefix.
+TEST(AnthropicConvert, TheBillingStampDoesNotChangeThePrompt) {
+  auto system_of = [](const std::string& stamp) {
+    json body = {
+        {"max_tokens", 5},
+        {"system",
+         {{{"type", "text"},
+           {"text", "x-anthropic-billing-header: cc_version=2.1.332.0b8; cc_entrypoint=cli; cch=" + stamp + ";"}},
+          {{"type", "text"}, {"text", "You are Claude Code."}}}},
+        {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    return anthropic::to_openai(body, "tiny").value()["messages"][0]["content"].get<std::string>();
+  };
+  EXPECT_EQ(system_of("a5145"), system_of("0c3e9"));
+  EXPECT_EQ(system_of("a5145"),
+            "x-anthropic-billing-header: cc_version=2.1.332.0b8; cc_entrypoint=cli; cch=fffff;You are Claude Code.");
+  // Text that only looks like it is left alone.
+  json body = {
+      {"max_tokens", 5}, {"system", "say cch=a5145; please"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  EXPECT_EQ(anthropic::to_openai(body, "tiny").value()["messages"][0]["content"], "say cch=a5145; please");
+}
+
 class MessagesTest : public ServerTest {};
+
+// Anthropic's usage counts the uncached input apart: input + cache read + cache creation is the
+// prompt, in message_start (before the first token) as in the final usage.
+TEST_F(MessagesTest, UsageCountsTheUncachedInputApartFromTheCacheReadOnes) {
+  backend_.cached_tokens = 5;
+  json body = {{"model", "tiny"}, {"max_tokens", 8}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  auto r = post("/v1/messages", body);
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+  const json u = json::parse(r->body)["usage"];
+  EXPECT_EQ(u["input_tokens"], 2);
+  EXPECT_EQ(u["cache_read_input_tokens"], 5);
+  EXPECT_EQ(u["cache_creation_input_tokens"], 0);
+  body["stream"] = true;
+  r = post("/v1/messages", body);
+  ASSERT_TRUE(r && r->status == 200);
+  auto events = parse_sse(r->body);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].event, "message_start") << r->body;
+  const json start = events[0].data["message"]["usage"];
+  EXPECT_EQ(start["input_tokens"], 2);
+  EXPECT_EQ(start["cache_read_input_tokens"], 5);
+  const json end = events[events.size() - 2].data["usage"];
+  EXPECT_EQ(end["input_tokens"], 2);
+  EXPECT_EQ(end["cache_read_input_tokens"], 5);
+}
 
 TEST_F(MessagesTest, AMessageWithThinkingTextAndAToolUse) {
   backend_.script = {reasoning("I should "), reasoning("call it."), text("Let me check."),

@@ -123,6 +123,33 @@ TEST_F(ApiServerTest, CompletionsEndpointUsesTextCompletionShape) {
   EXPECT_EQ(backend_.last_body["max_tokens"], 4);  // the body reaches the backend as sent
 }
 
+// [server] max_tokens caps every request's generation, whatever it asks for and in every API:
+// a lower limit stays, a higher one or none (Codex sends none) becomes the cap.
+TEST_F(ApiServerTest, TheServersMaxTokensCapsEveryRequest) {
+  ApiOptions o;
+  o.max_tokens = 5;
+  start(o);
+  const json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
+  struct Case {
+    std::string path;
+    json body;
+    std::string field;  // where the limit reaches the backend
+    int want;
+  };
+  for (const Case& c :
+       {Case{"/v1/chat/completions", {{"messages", msgs}}, "max_tokens", 5},
+        Case{"/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 3}}, "max_tokens", 3},
+        Case{"/v1/chat/completions", {{"messages", msgs}, {"max_completion_tokens", 90}}, "max_completion_tokens", 5},
+        Case{"/v1/completions", {{"prompt", "x"}, {"n_predict", -1}}, "n_predict", 5},
+        Case{"/v1/messages", {{"messages", msgs}, {"max_tokens", 32000}}, "max_tokens", 5},
+        Case{"/v1/responses", {{"input", "hi"}}, "max_tokens", 5}}) {
+    auto r = post(c.path, c.body, key_);
+    ASSERT_TRUE(r && r->status == 200) << c.path << ": " << (r ? r->body : "no answer");
+    std::lock_guard<std::mutex> lock(backend_.mutex_);
+    EXPECT_EQ(backend_.last_body[c.field], c.want) << c.path << " " << c.body.dump();
+  }
+}
+
 TEST_F(ApiServerTest, MissingWrongAndRevokedKeysGet401) {
   auto none = client_->Post("/v1/chat/completions", chat().dump(), "application/json");
   ASSERT_TRUE(none);

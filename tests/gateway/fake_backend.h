@@ -24,6 +24,7 @@ class FakeBackend : public Backend {
   // done event with `finish_reason`.
   std::vector<GenerationEvent> script;
   std::string finish_reason = "length";
+  uint64_t cached_tokens = 0;  // of the 7 prompt tokens every request has
 
   ~FakeBackend() override {
     for (auto& t : threads_) t.join();
@@ -63,13 +64,14 @@ class FakeBackend : public Backend {
     return out;
   }
   // The bytes of the body's messages (or prompt) as JSON: depends on everything the body holds.
-  Result<int> count_tokens(Endpoint endpoint, const nlohmann::json& body) override {
+  // The prompt is that JSON text.
+  Result<Rendered> render(Endpoint endpoint, const nlohmann::json& body) override {
     if (!refuse.is_ok()) return refuse;
     std::lock_guard<std::mutex> lock(mutex_);
     last_count_body = body;
     const char* key = endpoint == Endpoint::chat ? "messages" : "prompt";
-    return static_cast<int>(body.value(key, nlohmann::json()).dump().size() +
-                            body.value("tools", nlohmann::json()).dump().size());
+    const std::string text = body.value(key, nlohmann::json()).dump() + body.value("tools", nlohmann::json()).dump();
+    return Rendered{text, static_cast<int>(text.size())};
   }
 
   bool was_cancelled(const std::string& id) {
@@ -96,6 +98,11 @@ class FakeBackend : public Backend {
       sink(err);
       return;
     }
+    GenerationEvent started;
+    started.type = GenerationEvent::Type::started;
+    started.prompt_tokens = 7;
+    started.cached_tokens = cached_tokens;
+    sink(started);
     uint64_t n = 0;
     if (!script.empty()) {
       for (const GenerationEvent& e : script) {
@@ -107,6 +114,7 @@ class FakeBackend : public Backend {
       done.type = GenerationEvent::Type::done;
       done.finish_reason = finish_reason;
       done.prompt_tokens = 7;
+      done.cached_tokens = cached_tokens;
       done.completion_tokens = n;
       sink(done);
       return;
@@ -130,6 +138,7 @@ class FakeBackend : public Backend {
     done.type = GenerationEvent::Type::done;
     done.finish_reason = was_cancelled(id) ? "stop" : "length";
     done.prompt_tokens = 7;
+    done.cached_tokens = cached_tokens;
     done.completion_tokens = n;
     sink(done);
   }

@@ -45,8 +45,11 @@ TEST(ResponsesConvert, InputItemsToolsAndOptions) {
   const json& m = r.value()["messages"];
   ASSERT_EQ(m.size(), 5u) << m.dump();
   EXPECT_EQ(m[0], (json{{"role", "system"}, {"content", "You are Codex."}}));
-  EXPECT_EQ(m[1], (json{{"role", "system"}, {"content", "env: linux"}}));  // developer
-  EXPECT_EQ(m[2], (json{{"role", "user"}, {"content", "run ls"}}));
+  // Messages keep their role, their place and their parts, as llama-server passes them on (llama.cpp
+  // reads developer as system for every template but gpt-oss's).
+  auto parts = [](const std::string& text) { return json::array({{{"type", "text"}, {"text", text}}}); };
+  EXPECT_EQ(m[1], (json{{"role", "developer"}, {"content", parts("env: linux")}}));
+  EXPECT_EQ(m[2], (json{{"role", "user"}, {"content", parts("run ls")}}));
   EXPECT_EQ(m[3]["role"], "assistant");
   EXPECT_EQ(m[3]["tool_calls"][0]["id"], "c1");
   EXPECT_EQ(m[3]["tool_calls"][0]["function"]["arguments"], "{\"cmd\":\"ls\"}");
