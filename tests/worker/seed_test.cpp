@@ -247,14 +247,26 @@ TEST(Seed, ASecondLoadTakesTheWeightHashesFromTheMemo) {
 // reads of those a worker loads from its cache (engine/cached_upload.h), and keeps the kernel's
 // read-ahead from reading them. A seeded load then reads under 1 % of the worker's share from the
 // head's disk, and computes what a mapped load does; the worker's cache files leave its page cache
-// once loaded (worker/cache_loader.h).
+// once loaded (worker/cache_loader.h). In a CUDA build on a GPU machine (the measurement there) the
+// head runs layer 0 and the output head on its GPU, the worker layer 1 on the same GPU.
 TEST(Seed, WithoutMmapASeededLoadReadsUnderOnePercentOfTheWorkersShareOnTheHead) {
   ScratchDir dir;
   ::setenv("XDG_CACHE_HOME", dir.file("xdg").c_str(), 1);
   const link::Secret secret = make_secret(dir.file("cluster.key"));
   const std::string model = write_big_model(dir, true);
   if (!has_page_cache(model)) GTEST_SKIP() << dir.file("") << " is on tmpfs: nothing is read from a disk";
-  const uint64_t share = worker_share(model);
+  const auto local = engine::offload_devices(engine::Placement{});
+  ASSERT_TRUE(local.is_ok()) << local.status().to_string();
+  const bool gpu = !local->empty();
+  const auto info = plan::read_model_info(model);
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  uint64_t share = 0;
+  size_t cached_weights = 0;  // what the worker loads from its cache: its weights over 1 MiB
+  for (const auto& t : info->tensors) {
+    if (t.layer != 1 && (gpu || t.name.rfind("output", 0) != 0)) continue;
+    share += t.bytes;
+    cached_weights += t.bytes > kSeedThreshold ? 1 : 0;
+  }
   const uint64_t others = std::filesystem::file_size(model) - share;  // metadata, layer 0, the embedding
   const std::string cache = dir.file("cache");
   ASSERT_TRUE(seed_cache({model, cache, 1, 1}).is_ok());
@@ -269,19 +281,19 @@ TEST(Seed, WithoutMmapASeededLoadReadsUnderOnePercentOfTheWorkersShareOnTheHead)
   const std::string endpoint = "127.0.0.1:" + std::to_string(forwarder->port());
   engine::GenerateOptions split = big_options(model);
   split.placement.rpc_servers = {endpoint};
-  split.placement.cpu_layers = 1;
-  split.placement.device_layers = {1};
+  split.placement.cpu_layers = gpu ? 0 : 1;
+  split.placement.device_layers = gpu ? std::vector<int>{1, 1} : std::vector<int>{1};
   split.placement.cache_listings = {{endpoint, listing_file(dir, cache, "listing")}};
 
   // Mapped: the tokens to match. It also leaves the weights' hashes remembered, as any earlier load.
   auto mapped = engine::generate(split);
   ASSERT_TRUE(mapped.is_ok()) << mapped.status().to_string() << "\n" << w.log();
-  ASSERT_EQ(engine::last_cached_upload_stats().markers, 6u);
+  ASSERT_EQ(engine::last_cached_upload_stats().markers, cached_weights);
   EXPECT_EQ(engine::last_cached_upload_stats().reads_skipped, 0u);  // libllama read nothing itself
-  // The 6 files the worker loaded left its page cache; the embedding's, seeded too, stays.
+  // The files the worker loaded left its page cache; the others seeded (the embedding's) stay.
   size_t dropped = 0;
   for (const auto& e : entries) dropped += resident_pages(cache + "/" + e.name) == 0 ? 1 : 0;
-  EXPECT_EQ(dropped, 6u) << w.log();
+  EXPECT_EQ(dropped, cached_weights) << w.log();
 
   auto head_reads = [&](const char* what, uint64_t* bytes) {
     EXPECT_TRUE(forwarder->wait_until_up(link::Millis(10000))) << what;
@@ -298,8 +310,8 @@ TEST(Seed, WithoutMmapASeededLoadReadsUnderOnePercentOfTheWorkersShareOnTheHead)
   split.placement.mmap = false;
   uint64_t seeded = 0, whole = 0;
   const auto st = head_reads("seeded, without mmap", &seeded);
-  EXPECT_EQ(st.markers, 6u);
-  EXPECT_EQ(st.reads_skipped, 6u);
+  EXPECT_EQ(st.markers, cached_weights);
+  EXPECT_EQ(st.reads_skipped, cached_weights);
   EXPECT_EQ(st.reads_completed, 0u);
   EXPECT_EQ(st.bytes_not_read, st.marker_bytes);
   // Listed for another worker: the reads are skipped, then made when the tensor sets show that
@@ -308,18 +320,18 @@ TEST(Seed, WithoutMmapASeededLoadReadsUnderOnePercentOfTheWorkersShareOnTheHead)
   split.placement.cache_listings = {{"127.0.0.1:1", listing_file(dir, cache, "listing")}};
   const auto other = head_reads("listed for another worker, without mmap", &elsewhere);
   EXPECT_EQ(other.markers, 0u);
-  EXPECT_EQ(other.reads_skipped, 6u);
-  EXPECT_EQ(other.reads_completed, 6u);
+  EXPECT_EQ(other.reads_skipped, cached_weights);
+  EXPECT_EQ(other.reads_completed, cached_weights);
   EXPECT_EQ(other.bytes_not_read, 0u);
   // The same load with no listing: libllama reads the worker's share too (as it did seeded, before
   // the engine skipped those reads).
   split.placement.cache_listings.clear();
   head_reads("unlisted, without mmap", &whole);
   std::printf(
-      "worker share %llu bytes, the rest of the file %llu; head read without mmap: %llu seeded (%.3f%% of the "
+      "%s: worker share %llu bytes, the rest of the file %llu; head read without mmap: %llu seeded (%.3f%% of the "
       "share beyond the rest), %llu unlisted\n",
-      static_cast<unsigned long long>(share), static_cast<unsigned long long>(others),
-      static_cast<unsigned long long>(seeded),
+      gpu ? local->front().c_str() : "CPU", static_cast<unsigned long long>(share),
+      static_cast<unsigned long long>(others), static_cast<unsigned long long>(seeded),
       100.0 * (static_cast<double>(seeded) - static_cast<double>(others)) / static_cast<double>(share),
       static_cast<unsigned long long>(whole));
   EXPECT_LE(seeded, others + share / 100);
