@@ -289,7 +289,8 @@ TEST(Seed, WithoutMmapASeededLoadReadsUnderOnePercentOfTheWorkersShareOnTheHead)
   auto mapped = engine::generate(split);
   ASSERT_TRUE(mapped.is_ok()) << mapped.status().to_string() << "\n" << w.log();
   ASSERT_EQ(engine::last_cached_upload_stats().markers, cached_weights);
-  EXPECT_EQ(engine::last_cached_upload_stats().reads_skipped, 0u);  // libllama read nothing itself
+  // libllama read nothing itself (an integrated GPU, GB10's, would have it read all the same)
+  if (!gpu) EXPECT_EQ(engine::last_cached_upload_stats().reads_skipped, 0u);
   // The files the worker loaded left its page cache; the others seeded (the embedding's) stay.
   size_t dropped = 0;
   for (const auto& e : entries) dropped += resident_pages(cache + "/" + e.name) == 0 ? 1 : 0;
