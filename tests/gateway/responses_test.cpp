@@ -61,6 +61,20 @@ TEST(ResponsesConvert, InputItemsToolsAndOptions) {
   EXPECT_FALSE(r.value().contains("prompt_cache_key"));
 }
 
+// A named function in tool_choice becomes OpenAI's named form for the engine's grammar; every
+// tool stays (the prompt keeps its prefix). A name no tool has is refused naming the field.
+TEST(ResponsesConvert, ANamedToolChoiceKeepsEveryToolAndNamesTheOne) {
+  json body = codex_body();
+  body["tools"].push_back({{"type", "function"}, {"name", "apply_patch"}, {"parameters", {{"type", "object"}}}});
+  body["tool_choice"] = {{"type", "function"}, {"name", "apply_patch"}};
+  auto r = responses::to_openai(body, "tiny");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r.value()["tool_choice"], (json{{"type", "function"}, {"function", {{"name", "apply_patch"}}}}));
+  EXPECT_EQ(r.value()["tools"].size(), 2u);
+  body["tool_choice"] = {{"type", "function"}, {"name", "nope"}};
+  EXPECT_NE(responses::to_openai(body, "tiny").status().message().find("tool_choice.name"), std::string::npos);
+}
+
 TEST(ResponsesConvert, TextFormatMaxOutputTokensAndTheRefusals) {
   json body = {{"input", "hi"},
                {"max_output_tokens", 20},
