@@ -96,6 +96,11 @@ Result<std::string> make_unit(const config::Config& c, const UnitOptions& o) {
       paths.push_back(c.server.keys_db);
       writable_dirs += writable(dirname(c.server.keys_db));  // SQLite writes its journal beside the file
     }
+    // The engine remembers the hashes of the weights the workers hold under
+    // $XDG_CACHE_HOME/tandem (engine/hash_memo.h); the unit's user has no home, and without a
+    // folder it may write every start would read and hash the workers' whole share again.
+    writable_dirs += "CacheDirectory=tandem\n";
+    service += "Environment=XDG_CACHE_HOME=/var/cache\n";
     caps =
         "# The head needs no capability and no namespaces of its own.\nCapabilityBoundingSet=\nRestrictNamespaces=yes\n"
         "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n";

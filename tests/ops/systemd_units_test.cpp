@@ -49,7 +49,9 @@ TEST(SystemdUnits, HeadIsANotifyServiceWithWatchdogRestartUserAndSandbox) {
        {"Type=notify", "ExecStart=/usr/local/bin/tandem serve -c /etc/tandem/tandem.toml", "WatchdogSec=60",
         "Restart=on-failure", "RestartPreventExitStatus=2", "User=tandem", "Group=tandem", "NoNewPrivileges=yes",
         "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "StateDirectory=tandem",
-        "CapabilityBoundingSet=", "RestrictNamespaces=yes", "TimeoutStartSec=infinity", "WantedBy=multi-user.target"}) {
+        "CapabilityBoundingSet=", "RestrictNamespaces=yes", "TimeoutStartSec=infinity", "WantedBy=multi-user.target",
+        // the weight hashes' memo (engine/hash_memo.h): /var/cache/tandem/weight-hashes
+        "CacheDirectory=tandem", "Environment=XDG_CACHE_HOME=/var/cache"}) {
     EXPECT_TRUE(has_line(u, line)) << "missing '" << line << "' in\n" << u;
   }
   EXPECT_EQ(u.find("AmbientCapabilities"), std::string::npos) << u;
