@@ -59,13 +59,15 @@ Result<std::string> tool_choice_of(const json& body, const json& tools, std::str
     if (s == "required" && !any_tool) return Status::invalid_argument("tool_choice 'required' needs tools");
     return s;
   }
-  const json name = c.is_object() ? c.value("function", json::object()).value("name", json()) : json();
-  if (!c.is_object() || c.value("type", "") != "function" || !name.is_string())
+  auto name_of = [](const json& o) {  // o.function.name, or null
+    const json f = o.is_object() && o.contains("function") ? o["function"] : json();
+    return f.is_object() && f.contains("name") ? f["name"] : json();
+  };
+  const json name = name_of(c);
+  if (!c.is_object() || !c.contains("type") || c["type"] != "function" || !name.is_string())
     return Status::invalid_argument("tool_choice must be auto, none, required or {type: function, function: {name}}");
   bool known = false;
-  for (const json& t : any_tool ? tools : json::array()) {
-    if (t.is_object() && t.value("function", json::object()).value("name", json()) == name) known = true;
-  }
+  for (const json& t : any_tool ? tools : json::array()) known = known || name_of(t) == name;
   if (!known)
     return Status::invalid_argument("tool_choice.function.name names no tool in tools: '" + name.get<std::string>() +
                                     "'");

@@ -194,7 +194,13 @@ Status apply_chat_params(const ChatPrompt& chat, const llama_vocab* vocab, Job& 
   if (s.grammar_lazy && s.grammar_triggers.empty())
     return Status::internal("the chat format asked for a lazy grammar without triggers");
   for (const auto& stop : chat.params.additional_stops) job.stops.push_back(stop);
-  if (chat.call_required) {
+  // Where the generation prompt opens a reasoning block, the grammar wants its end before a call:
+  // the grammar alone then guides the model.
+  const std::string& open = chat.params.thinking_start_tag;
+  const std::string& gen = chat.params.generation_prompt;
+  const bool reasoning_open =
+      !open.empty() && gen.size() >= open.size() && gen.compare(gen.size() - open.size(), open.size(), open) == 0;
+  if (chat.call_required && !reasoning_open) {
     // The formats' grammars let any text come before the required call (llama-server's too),
     // which a model may write until max_tokens. The answer opens with the call's opener instead:
     // the grammar's trigger, fed through the grammar like sampled tokens.

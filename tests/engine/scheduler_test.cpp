@@ -400,6 +400,15 @@ TEST_F(SchedulerTest, ToolChoiceForcesOrForbidsACall) {
       EXPECT_FALSE(names.empty()) << k.choice.dump() << ": " << done.finish_reason;
     }
   }
+  // Where the generation prompt opens the model's reasoning (MiniMax-M3 with thinking on), the
+  // grammar wants the reasoning closed before a call: the request runs under the grammar alone.
+  {
+    json body = {{"messages", messages},      {"tools", tools},
+                 {"tool_choice", "required"}, {"chat_template_kwargs", {{"thinking_mode", "enabled"}}},
+                 {"max_tokens", 16},          {"temperature", 0}};
+    EngineEvent done = run(*s, "think", RequestKind::chat, body);
+    EXPECT_EQ(done.type, EngineEvent::Type::done) << done.message;
+  }
   // A name no tool has, and required without tools, are refused with the field's name.
   auto refused = [&](const json& body) {
     Status st = s->submit("bad", RequestKind::chat, body.dump(), [](const EngineEvent&) {});
