@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-fuzz}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(openai_request engine_protocol config link_handshake gguf step_inputs)
+[ ${#targets[@]} -eq 0 ] && targets=(openai_request messages_request responses_request engine_protocol config link_handshake gguf step_inputs)
 runs=${RUNS:-1000000}
 jobs=${JOBS:-$(nproc)}
 

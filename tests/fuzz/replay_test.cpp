@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 extern "C" int fuzz_openai_request(const uint8_t* data, size_t size);
+extern "C" int fuzz_messages_request(const uint8_t* data, size_t size);
+extern "C" int fuzz_responses_request(const uint8_t* data, size_t size);
 extern "C" int fuzz_engine_protocol(const uint8_t* data, size_t size);
 extern "C" int fuzz_config(const uint8_t* data, size_t size);
 extern "C" int fuzz_link_handshake(const uint8_t* data, size_t size);
@@ -37,6 +39,8 @@ size_t replay(const std::string& name, int (*target)(const uint8_t*, size_t)) {
 }
 
 TEST(FuzzReplay, OpenAiRequest) { EXPECT_GT(replay("openai_request", fuzz_openai_request), 0u); }
+TEST(FuzzReplay, MessagesRequest) { EXPECT_GT(replay("messages_request", fuzz_messages_request), 0u); }
+TEST(FuzzReplay, ResponsesRequest) { EXPECT_GT(replay("responses_request", fuzz_responses_request), 0u); }
 TEST(FuzzReplay, EngineProtocol) { EXPECT_GT(replay("engine_protocol", fuzz_engine_protocol), 0u); }
 TEST(FuzzReplay, Config) { EXPECT_GT(replay("config", fuzz_config), 0u); }
 TEST(FuzzReplay, LinkHandshake) { EXPECT_GT(replay("link_handshake", fuzz_link_handshake), 0u); }
