@@ -75,12 +75,10 @@ std::string without_stamp(std::string text) {
 Result<std::string> system_text(const json& system) {
   if (system.is_string()) return without_stamp(system.get<std::string>());
   if (!system.is_array()) return field_error("system", "must be a string or an array of text blocks");
+  // Checked as text blocks (errors name system[i]), then joined as they are, each one evened out.
+  TANDEM_RETURN_IF_ERROR(text_of(system, "system").status());
   std::string out;
-  for (size_t i = 0; i < system.size(); ++i) {
-    auto block = text_of(json::array({system[i]}), "system[" + std::to_string(i) + "]");
-    if (!block.is_ok()) return block.status();
-    out += without_stamp(block.value());
-  }
+  for (const json& block : system) out += without_stamp(block["text"].get<std::string>());
   return out;
 }
 

@@ -33,10 +33,14 @@ Result<json> parse_json_object(const std::string& body) {
 
 namespace {
 // Whether `what` is said for the first time in this process.
+// The names come from clients: past kMaxSeen the notes stop, so that no client can grow the
+// gateway's memory or its log at will.
 bool first_time(const std::string& what) {
+  constexpr size_t kMaxSeen = 256;
   static std::mutex mutex;
   static std::set<std::string> seen;  // guarded by mutex
   std::lock_guard<std::mutex> lock(mutex);
+  if (seen.size() >= kMaxSeen) return false;
   return seen.insert(what).second;
 }
 }  // namespace

@@ -113,6 +113,11 @@ TEST(AnthropicConvert, ErrorsNameTheField) {
           {"tools", {{{"name", "a"}, {"input_schema", {{"type", "object"}}}}}},
           {"tool_choice", {{"type", "tool"}, {"name", "b"}}}};
   EXPECT_NE(anthropic::to_openai(body, "tiny").status().message().find("tool_choice.name"), std::string::npos);
+  body = {{"max_tokens", 5},
+          {"system", {{{"type", "text"}, {"text", "ok"}}, {{"type", "image"}}}},
+          {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  const std::string m = anthropic::to_openai(body, "tiny").status().message();
+  EXPECT_EQ(m.rfind("system[1]: ", 0), 0u) << m;
   // No model: the one served.
   body = {{"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
   EXPECT_EQ(anthropic::to_openai(body, "tiny").value()["model"], "tiny");
