@@ -10,7 +10,8 @@ ifneq ($(strip $(TANDEM_CUDA)),)
   CUDA_FLAG := -DTANDEM_CUDA=$(TANDEM_CUDA)
 endif
 
-.PHONY: all deps test-deps configure build demo test bench faults fuzz load format clean
+.PHONY: all deps test-deps configure build demo test bench faults fuzz load format clean \
+  cross-deps build-arm64 test-arm64 tsan
 
 all: build
 
@@ -39,6 +40,26 @@ bench: build
 	$(BUILD)/tandem synth --preset tiny -o $(BUILD)/bench-tiny.gguf >/dev/null
 	BENCH_ARGS="--runs 3 --gen-tokens 64 --prefill-tokens 128,512 --ttft-tokens 128" CONTEXT=2048 \
 	  MACHINE=$${MACHINE:-$$(hostname)-cpu} bench/compare.sh $(BUILD) $(BUILD)/bench-tiny.gguf 2
+
+# arm64 (GB10's cores) checked on an x86 host (docs/building.md, "Cross build for arm64"):
+# build-arm64 cross-compiles llama.cpp (its own cache key, CPU only, -march=armv9-a+i8mm+bf16) and
+# tandem into $(ARM64_BUILD) with Debian's cross toolchain; test-arm64 runs the in-process suites
+# under qemu-aarch64 (scripts/test-arm64.sh --list: which run there, which stay x86-only and why).
+ARM64_BUILD ?= build-arm64
+cross-deps:
+	@scripts/install-cross.sh
+
+build-arm64: deps cross-deps
+	@scripts/configure.sh $(ARM64_BUILD) -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/cmake/aarch64-linux-gnu.cmake \
+	  -DTANDEM_CUDA=OFF $(CMAKE_FLAGS)
+	cmake --build $(ARM64_BUILD) -j $(JOBS) --target tandem tandem-engine
+
+test-arm64: build-arm64
+	JOBS=$(JOBS) scripts/test-arm64.sh $(ARM64_BUILD)
+
+# ThreadSanitizer run of the multi-threaded suites (engine, gateway, link, worker) in build-tsan.
+tsan: deps
+	JOBS=$(JOBS) scripts/tsan.sh $(BUILD)-tsan
 
 # Reliability suites (docs/reliability.md); each prints its figures and fails on a broken promise.
 # faults: every fault case 10 times (root: network namespaces); fuzz: 1M executions per target

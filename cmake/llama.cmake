@@ -58,6 +58,21 @@ set(_build_args ${LLAMA_SOURCE_DIR} --cuda ${_cuda_cuda})
 if(_cuda_cuda STREQUAL "ON")
   list(APPEND _build_args --cuda-arch "${_cuda_arch}" --nvcc "${_cuda_nvcc}")
 endif()
+# A cross build (CMAKE_TOOLCHAIN_FILE, e.g. cmake/aarch64-linux-gnu.cmake): llama.cpp is built with
+# the same toolchain, CPU only, for TANDEM_ARM_ARCH (ggml's GGML_CPU_ARM_ARCH, -march=) rather than
+# for this host's CPU. The default is GB10's cores (Cortex-X925 + A725, Armv9.2-A): armv9-a (SVE2,
+# dotprod) + i8mm + bf16, as far as GCC 12 names them (it knows no armv9.2-a).
+set(TANDEM_ARM_ARCH "armv9-a+i8mm+bf16" CACHE STRING
+    "Cross builds for ARM: the -march that llama.cpp's CPU backend is built for")
+if(CMAKE_CROSSCOMPILING)
+  if(_cuda_cuda STREQUAL "ON")
+    message(FATAL_ERROR "A cross build is CPU only: configure it with -DTANDEM_CUDA=OFF.")
+  endif()
+  list(APPEND _build_args --toolchain "${CMAKE_TOOLCHAIN_FILE}")
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|arm)")
+    list(APPEND _build_args --arm-arch "${TANDEM_ARM_ARCH}")
+  endif()
+endif()
 # The build folder's key comes from these scripts' output: configure again when they change, or an
 # existing build tree would keep linking the llama.cpp build of the old options.
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS

@@ -4,11 +4,17 @@
 # clone of tandem reuses the build instead of spending ~15 minutes on it again.
 #
 #   build-llama.sh SOURCE_DIR [--cuda ON|OFF] [--cuda-arch LIST] [--nvcc PATH] [--build-type TYPE]
-#                  [--configure-only]
+#                  [--toolchain FILE [--arm-arch ARCH]] [--configure-only]
 #
 # --cuda-arch: CMAKE_CUDA_ARCHITECTURES, separated by ',' or ';' (default native); --nvcc: the CUDA
 # compiler (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc). scripts/cuda-config.sh chooses
 # both for tandem's configure.
+#
+# --toolchain: a CMake toolchain file for a cross build (cmake/aarch64-linux-gnu.cmake); the CPU
+# features are then not probed on this host: ggml is built with GGML_NATIVE off and, with
+# --arm-arch, GGML_CPU_ARM_ARCH (-march=ARCH, e.g. armv9-a+i8mm+bf16 for GB10's cores). The cross
+# compiler (the file's TANDEM_CROSS_TRIPLE) and the file's contents and path are part of the cache
+# key (a checkout in another folder builds its own cross llama.cpp, ccache helping).
 #
 # --configure-only stops after llama.cpp's CMake configure step (seconds): tandem's own configure
 # uses it to learn the build folder, and builds the libraries later, at build time.
@@ -20,7 +26,7 @@ die() { echo "build-llama: error: $*" >&2; exit 1; }
 
 src=${1:?usage: build-llama.sh SOURCE_DIR [--cuda ON|OFF] [--cuda-arch LIST] [--nvcc PATH]}
 shift
-cuda=OFF cuda_arch=native nvcc="" build_type=Release configure_only=0
+cuda=OFF cuda_arch=native nvcc="" build_type=Release configure_only=0 toolchain="" arm_arch=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --cuda) cuda=$2; shift 2 ;;
@@ -28,6 +34,8 @@ while [ $# -gt 0 ]; do
     --nvcc) nvcc=$2; shift 2 ;;
     --build-type) build_type=$2; shift 2 ;;
     --configure-only) configure_only=1; shift ;;
+    --toolchain) toolchain=$2; shift 2 ;;
+    --arm-arch) arm_arch=$2; shift 2 ;;
     *) die "unknown option $1" ;;
   esac
 done
@@ -52,8 +60,20 @@ opts=(
   -DLLAMA_USE_PREBUILT_UI=OFF
   -DLLAMA_OPENSSL=OFF
 )
-# shellcheck disable=SC2207
-opts+=($("$here/cpu-features.sh"))
+cross_cc=""
+if [ -n "$toolchain" ]; then
+  [ -f "$toolchain" ] || die "no toolchain file $toolchain"
+  toolchain=$(cd "$(dirname "$toolchain")" && pwd)/$(basename "$toolchain")
+  triple=$(sed -n 's/^set(TANDEM_CROSS_TRIPLE \([^ )]*\))/\1/p' "$toolchain")
+  [ -n "$triple" ] && cross_cc="${triple}-g++ $("${triple}-g++" --version 2>/dev/null | sed -n 1p)"
+  opts+=(-DCMAKE_TOOLCHAIN_FILE="$toolchain" -DGGML_NATIVE=OFF)
+  [ -n "$arm_arch" ] && opts+=(-DGGML_CPU_ARM_ARCH="$arm_arch")
+  [ "$cuda" = ON ] && die "--cuda ON is not supported in a cross build"
+else
+  [ -n "$arm_arch" ] && die "--arm-arch goes with --toolchain"
+  # shellcheck disable=SC2207
+  opts+=($("$here/cpu-features.sh"))
+fi
 if [ "$cuda" = ON ]; then
   if [ -z "$nvcc" ]; then
     nvcc=$(command -v nvcc || true)
@@ -73,6 +93,7 @@ targets=(llama llama-common ggml ggml-rpc llama-server ggml-rpc-server llama-ben
 readonly CACHE_VERSION=1
 ident=$(git -C "$src" rev-parse HEAD 2>/dev/null || cat "$src/.tandem-commit" 2>/dev/null || echo "$src")
 cc_version=$( (${CC:-cc} --version; ${CXX:-c++} --version) 2>/dev/null | sed -n 1p)
+[ -n "$toolchain" ] && cc_version+=" $cross_cc $(sha256sum <"$toolchain" | cut -c1-16)"
 [ "$cuda" = ON ] && cc_version+=" $("$nvcc" --version 2>/dev/null | tail -1)"
 key=$(printf '%s\n' "$ident" "${opts[*]}" "$cc_version" "$CACHE_VERSION" | sha256sum | cut -c1-16)
 cache="${TANDEM_CACHE:-$HOME/.cache/tandem}"
@@ -80,6 +101,11 @@ build="$cache/build/llama-${ident:0:12}-$key"
 mkdir -p "$build"
 # Paths under the cache are hashed relative to it, so ccache also serves a rebuild in another folder.
 export CCACHE_BASEDIR="$cache"
+# A configured folder is all --configure-only needs: it does not wait for a build in progress.
+if [ "$configure_only" = 1 ] && [ -f "$build/build.ninja" ]; then
+  echo "$build"
+  exit 0
+fi
 exec 9>"$build/.lock"
 flock 9
 
