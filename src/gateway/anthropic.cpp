@@ -11,26 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-Status field_error(const std::string& field, const std::string& what) {
-  return Status::invalid_argument(field + ": " + what);
-}
-
-// o[key] into *out when it has the type (a string, a boolean), *out unchanged when it is absent
-// or null; another type is an error naming the field (nlohmann's value() would throw: a 500,
-// found by fuzzing).
-Status string_field(const json& o, const char* key, const std::string& where, std::string* out) {
-  if (!o.contains(key) || o[key].is_null()) return Status::ok();
-  if (!o[key].is_string()) return field_error(where + "." + key, "must be a string");
-  *out = o[key].get<std::string>();
-  return Status::ok();
-}
-Status bool_field(const json& o, const char* key, const std::string& where, bool* out) {
-  if (!o.contains(key) || o[key].is_null()) return Status::ok();
-  if (!o[key].is_boolean()) return field_error(where + "." + key, "must be a boolean");
-  *out = o[key].get<bool>();
-  return Status::ok();
-}
-
 // The fields a Messages request may carry that mean nothing here; read without a word.
 const std::set<std::string> kKnown = {"model",          "messages",    "system",  "max_tokens", "stream",
                                       "stop_sequences", "temperature", "top_p",   "top_k",      "tools",

@@ -56,6 +56,28 @@ void note_tool_left_out(const std::string& api, const std::string& tool, const s
                          "' cannot run here and is not offered to the model (said once)");
 }
 
+Status field_error(const std::string& field, const std::string& what) {
+  return Status::invalid_argument(field + ": " + what);
+}
+
+namespace {
+std::string path_of(const std::string& where, const char* key) { return where.empty() ? key : where + "." + key; }
+}  // namespace
+
+Status string_field(const json& o, const char* key, const std::string& where, std::string* out) {
+  if (!o.contains(key) || o[key].is_null()) return Status::ok();
+  if (!o[key].is_string()) return field_error(path_of(where, key), "must be a string");
+  *out = o[key].get<std::string>();
+  return Status::ok();
+}
+
+Status bool_field(const json& o, const char* key, const std::string& where, bool* out) {
+  if (!o.contains(key) || o[key].is_null()) return Status::ok();
+  if (!o[key].is_boolean()) return field_error(path_of(where, key), "must be a boolean");
+  *out = o[key].get<bool>();
+  return Status::ok();
+}
+
 int Dialect::http_status(const Status& error) const { return openai::http_status(error); }
 
 void Accumulated::add(const GenerationEvent& d) {

@@ -87,6 +87,14 @@ void note_ignored(const std::string& api, const std::string& field);
 // web_search, a namespace of sub-agent tools) cannot run here and is left out of the prompt.
 void note_tool_left_out(const std::string& api, const std::string& tool, const std::string& type);
 
+// The request conversions' field checks. field_error: "FIELD: WHAT" as invalid_argument.
+// string_field / bool_field: o[key] into *out when it has the type, *out unchanged when it is
+// absent or null; another type is an error naming `where`.key (`where` "" for the body itself),
+// never nlohmann's exception.
+Status field_error(const std::string& field, const std::string& what);
+Status string_field(const nlohmann::json& o, const char* key, const std::string& where, std::string* out);
+Status bool_field(const nlohmann::json& o, const char* key, const std::string& where, bool* out);
+
 // Parses a request body: invalid JSON is reported with its byte position, a non-object named.
 Result<nlohmann::json> parse_json_object(const std::string& body);
 
