@@ -28,7 +28,8 @@ set(ENV{PKG_CONFIG_PATH} "")
 
 # qemu-user runs the arm64 binaries. -cpu max has every feature GB10's cores have (SVE2, i8mm,
 # bf16, dotprod); SVE's vector length is set to GB10's 128 bits (qemu's default is 512), so ggml's
-# SVE kernels take the path they take there. -L: the cross toolchain's loader and libc; the
-# multiarch libraries it cannot find there are found by their absolute paths (RPATH, ld.so.conf).
+# SVE kernels take the path they take there. No -L /usr/aarch64-linux-gnu: with the cross
+# toolchain's loader and libc, qemu 7.2 spins forever in the first pthread_create; the multiarch
+# libc6:arm64 (/lib/ld-linux-aarch64.so.1, pulled in by the -dev packages) works.
 set(CMAKE_CROSSCOMPILING_EMULATOR
-    qemu-aarch64;-cpu;max,sve-default-vector-length=16;-L;/usr/${TANDEM_CROSS_TRIPLE})
+    qemu-aarch64;-cpu;max,sve-default-vector-length=16)

@@ -25,7 +25,7 @@ done
 packages=(
   g++-aarch64-linux-gnu qemu-user
   libtomlplusplus-dev:arm64 libcpp-httplib-dev:arm64 libssl-dev:arm64 libsqlite3-dev:arm64
-  libsystemd-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
+  libsystemd-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libgomp1:arm64
   libcli11-dev nlohmann-json3-dev
 )
 if [ "$print" = 1 ]; then

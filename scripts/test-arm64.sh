@@ -62,7 +62,7 @@ for s in "${suites[@]}"; do targets+=("$(basename "${s%%|*}")"); done
 cmake --build "$build" -j "${JOBS:-2}" --target "${targets[@]}"
 
 # As in cmake/aarch64-linux-gnu.cmake's CMAKE_CROSSCOMPILING_EMULATOR.
-qemu=(qemu-aarch64 -cpu "max,sve-default-vector-length=16" -L /usr/aarch64-linux-gnu)
+qemu=(qemu-aarch64 -cpu "max,sve-default-vector-length=16")
 # The arm64 llama.cpp libraries (also in the binaries' RPATH): the cache folder build.ninja names.
 llama_dir=$(grep -oE '[^ ;"$]*/build/llama-[0-9a-f]{12}-[0-9a-f]{16}' "$build/build.ninja" | head -1 || true)
 export LD_LIBRARY_PATH=${llama_dir:+$llama_dir/bin:}/usr/lib/aarch64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
