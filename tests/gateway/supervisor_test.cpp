@@ -140,7 +140,13 @@ TEST(Supervisor, AfterACrashTheEngineWaitsForTheMemoryThePlanNeeds) {
   // The first run exits; its restart is due after a second's backoff, and the check holds it back.
   for (int i = 0; i < 200 && checks == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_GT(checks.load(), 0) << "the restart asked whether the memory is free";
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // The refusal is logged as it is decided; the next check is seconds away.
+  auto logged = [&](const std::string& what) {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    return log_text.find(what) != std::string::npos;
+  };
+  for (int i = 0; i < 500 && !logged("not restarting the engine yet"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(count_runs(), 1) << "no second load into memory that is not there";
   const auto health = s.health();
   EXPECT_NE(health.detail.value("last_error", "").find(short_of), std::string::npos) << health.detail.dump();
