@@ -2,6 +2,7 @@
 #include "plan/solver.h"
 #include "plan/plan_config.h"
 #include "plan/plan_report.h"
+#include "plan/toy_model.h"
 
 #include <gtest/gtest.h>
 
@@ -13,34 +14,8 @@ namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
-// A dense model of `n_layer` layers of `layer_mib` MiB each (all read per token), a 4 MiB
-// embedding and a 4 MiB output head; the KV cache and compute buffers are small.
-ModelInfo toy_model(int n_layer, uint64_t layer_mib) {
-  ModelInfo m;
-  m.arch = "toy";
-  m.n_layer = n_layer;
-  m.n_embd = 64;
-  m.n_head = 1;
-  m.n_head_kv = 1;
-  m.head_dim_k = m.head_dim_v = 64;
-  m.n_ff = 64;
-  m.n_vocab = 1000;
-  auto add = [&](const std::string& name, int layer, WeightRole role, uint64_t bytes) {
-    TensorInfo t;
-    t.name = name;
-    t.type = GGML_TYPE_F32;
-    t.ne[0] = static_cast<int64_t>(bytes / 4);
-    t.bytes = bytes;
-    t.layer = layer;
-    t.role = role;
-    m.tensors.push_back(t);
-  };
-  add("token_embd.weight", -1, WeightRole::embedding, 4 * kMiB);
-  for (int i = 0; i < n_layer; ++i)
-    add("blk." + std::to_string(i) + ".attn_q.weight", i, WeightRole::attention, layer_mib * kMiB);
-  add("output.weight", -1, WeightRole::output, 4 * kMiB);
-  return m;
-}
+// A dense model of `n_layer` layers of `layer_mib` MiB each, all read per token (toy_model.h).
+using testing::toy_model;
 
 NodeSpec node(const std::string& name, uint64_t free_mib, double bandwidth = 100e9, DeviceKind kind = DeviceKind::gpu) {
   NodeSpec n;

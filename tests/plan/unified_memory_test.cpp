@@ -10,37 +10,16 @@
 #include "plan/plan_config.h"
 #include "plan/plan_report.h"
 #include "plan/solver.h"
+#include "plan/toy_model.h"
 
 namespace tandem::plan {
 namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
-// n_layer dense layers of layer_mib MiB each, a 4 MiB embedding and output head.
+// n_layer dense FFN layers of layer_mib MiB each (the FFN split has something to split).
 ModelInfo toy_model(int n_layer, uint64_t layer_mib) {
-  ModelInfo m;
-  m.arch = "toy";
-  m.n_layer = n_layer;
-  m.n_embd = 64;
-  m.n_head = m.n_head_kv = 1;
-  m.head_dim_k = m.head_dim_v = 64;
-  m.n_ff = 64;
-  m.n_vocab = 1000;
-  auto add = [&](const std::string& name, int layer, WeightRole role, uint64_t bytes) {
-    TensorInfo t;
-    t.name = name;
-    t.type = GGML_TYPE_F32;
-    t.ne[0] = static_cast<int64_t>(bytes / 4);
-    t.bytes = bytes;
-    t.layer = layer;
-    t.role = role;
-    m.tensors.push_back(t);
-  };
-  add("token_embd.weight", -1, WeightRole::embedding, 4 * kMiB);
-  for (int i = 0; i < n_layer; ++i)
-    add("blk." + std::to_string(i) + ".ffn_up.weight", i, WeightRole::dense_ffn, layer_mib * kMiB);
-  add("output.weight", -1, WeightRole::output, 4 * kMiB);
-  return m;
+  return testing::toy_model(n_layer, layer_mib, "ffn_up", WeightRole::dense_ffn);
 }
 
 NodeSpec node(const std::string& name, uint64_t free_mib, bool unified, int devices = 1) {
