@@ -13,8 +13,8 @@
 # --toolchain: a CMake toolchain file for a cross build (cmake/aarch64-linux-gnu.cmake); the CPU
 # features are then not probed on this host: ggml is built with GGML_NATIVE off and, with
 # --arm-arch, GGML_CPU_ARM_ARCH (-march=ARCH, e.g. armv9-a+i8mm+bf16 for GB10's cores). The cross
-# compiler (the file's TANDEM_CROSS_TRIPLE) and the file's contents and path are part of the cache
-# key (a checkout in another folder builds its own cross llama.cpp, ccache helping).
+# compiler (the file's TANDEM_CROSS_TRIPLE) and the file's contents are part of the cache key; the
+# build uses a copy of the file under the cache, so any checkout of the same file shares the build.
 #
 # --configure-only stops after llama.cpp's CMake configure step (seconds): tandem's own configure
 # uses it to learn the build folder, and builds the libraries later, at build time.
@@ -63,7 +63,13 @@ opts=(
 cross_cc=""
 if [ -n "$toolchain" ]; then
   [ -f "$toolchain" ] || die "no toolchain file $toolchain"
-  toolchain=$(cd "$(dirname "$toolchain")" && pwd)/$(basename "$toolchain")
+  # The build folder names the toolchain file it was configured with: a copy under the cache,
+  # named by its contents, keeps the key and that folder independent of this checkout's path (a
+  # CI clone reuses the cross build; the checkout may go away).
+  toolchain_copy="${TANDEM_CACHE:-$HOME/.cache/tandem}/toolchains/$(sha256sum <"$toolchain" | cut -c1-16)-$(basename "$toolchain")"
+  mkdir -p "$(dirname "$toolchain_copy")"
+  [ -f "$toolchain_copy" ] || { cp "$toolchain" "$toolchain_copy.part" && mv "$toolchain_copy.part" "$toolchain_copy"; }
+  toolchain=$toolchain_copy
   triple=$(sed -n 's/^set(TANDEM_CROSS_TRIPLE \([^ )]*\))/\1/p' "$toolchain")
   [ -n "$triple" ] && cross_cc="${triple}-g++ $("${triple}-g++" --version 2>/dev/null | sed -n 1p)"
   opts+=(-DCMAKE_TOOLCHAIN_FILE="$toolchain" -DGGML_NATIVE=OFF)
@@ -93,7 +99,7 @@ targets=(llama llama-common ggml ggml-rpc llama-server ggml-rpc-server llama-ben
 readonly CACHE_VERSION=1
 ident=$(git -C "$src" rev-parse HEAD 2>/dev/null || cat "$src/.tandem-commit" 2>/dev/null || echo "$src")
 cc_version=$( (${CC:-cc} --version; ${CXX:-c++} --version) 2>/dev/null | sed -n 1p)
-[ -n "$toolchain" ] && cc_version+=" $cross_cc $(sha256sum <"$toolchain" | cut -c1-16)"
+[ -n "$toolchain" ] && cc_version+=" $cross_cc"
 [ "$cuda" = ON ] && cc_version+=" $("$nvcc" --version 2>/dev/null | tail -1)"
 key=$(printf '%s\n' "$ident" "${opts[*]}" "$cc_version" "$CACHE_VERSION" | sha256sum | cut -c1-16)
 cache="${TANDEM_CACHE:-$HOME/.cache/tandem}"

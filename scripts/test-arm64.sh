@@ -20,20 +20,20 @@ list=0
 [ "${2:-}" = --list ] && list=1
 case "$build" in /*) ;; *) build=$root/$build ;; esac
 
-# suite (binary under tests/) | gtest filter | why the cases the filter leaves out are x86-only
+# suite (binary under tests/, the longest first) | gtest filter | why the cases the filter leaves out are x86-only
 suites=(
+  "engine/engine_test|*-EngineServer.*:SchedulerSplit.*:Generate.SplitAcrossRpcServers*:ChatTemplateTest.AMultiTurnConversationWithToolsRendersAsLlamaServerRendersIt:ChatTemplateTest.AGeneratedToolCallIsParsedBack:ChatTemplateMidSystem.*|engine server cases start tandem-engine; split and template cases start ggml-rpc-server or llama-server"
+  "synth/synth_test|*|"
   "common/common_test|*|"
   "config/config_test|*|"
   "cluster/cluster_test|*|"
   "plan/plan_test|*-PlanM3.*:ShippedExample.*:PlanCli.*|the plan CLI cases run tandem plan"
-  "synth/synth_test|*|"
   "link/link_test|*|"
   "datapath/datapath_test|*-RpcWrites.ATandemWorkerGetsARepeatedInputOnceAndCopiesItForTheOtherViews:RpcWrites.AMaskReachesATandemWorkerAsRunsBitForBitAndNoiseGoesAsItIs|these cases start tandem's RPC child"
   "datapath/datapath_switches_test|*|"
   "fuzz/fuzz_replay_test|*|"
   "gateway/gateway_test|*-ApiServerListenTest.ABurstOfNewConnectionsIsAnsweredEvenWhileTheServerCannotAccept|the burst case starts tandem"
-  "engine/engine_test|*-EngineServer.*:SchedulerSplit.*:Generate.SplitAcrossRpcServers*:ChatTemplateTest.AMultiTurnConversationWithToolsRendersAsLlamaServerRendersIt:ChatTemplateTest.AGeneratedToolCallIsParsedBack:ChatTemplateMidSystem.*|engine server cases start tandem-engine; split and template cases start ggml-rpc-server or llama-server"
-  "worker/worker_test|*-Forwarder.RoundTripLatencyAgainstADirectRpcServer|the latency case starts ggml-rpc-server"
+  "worker/worker_test|*-Worker.*:Forwarder.*:HostilePeer.*|these cases start a tandem worker (and through it tandem's RPC child or ggml-rpc-server)"
   "ops/ops_test|*-SystemdUnits.SystemdAnalyzeVerifyAcceptsBoth:SystemdUnits.DeployExamplesAreWhatTheCommandPrints|both run the arm64 tandem"
 )
 x86_only=(
@@ -67,19 +67,39 @@ qemu=(qemu-aarch64 -cpu "max,sve-default-vector-length=16")
 llama_dir=$(grep -oE '[^ ;"$]*/build/llama-[0-9a-f]{12}-[0-9a-f]{16}' "$build/build.ninja" | head -1 || true)
 export LD_LIBRARY_PATH=${llama_dir:+$llama_dir/bin:}/usr/lib/aarch64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$build/test-arm64" "$build/test-tmp"
-fail=0 total_pass=0 total_fail=0 all_start=$(date +%s)
-for s in "${suites[@]}"; do
-  IFS='|' read -r bin filter why <<<"$s"
+rm -f "$build/test-arm64/"*.result
+
+# Runs one suite under qemu; its line of figures goes to NAME.result.
+run_suite() {
+  local bin=$1 filter=$2 name log start rc passed failed
   name=$(basename "$bin")
   log=$build/test-arm64/$name.log
   start=$(date +%s)
   if (cd "$build" && timeout "${ARM64_TIMEOUT:-900}" "${qemu[@]}" "$build/tests/$bin" --gtest_filter="${ARM64_FILTER:-$filter}" >"$log" 2>&1); then rc=0; else rc=$?; fi
   passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' "$log" | tail -1)
   failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\?, listed below.*/\1/p' "$log" | tail -1)
-  passed=${passed:-0} failed=${failed:-0}
+  echo "$name ${passed:-0} ${failed:-0} $(( $(date +%s) - start )) $rc" >"$build/test-arm64/$name.result"
+}
+
+# qemu runs each suite's threads on one host thread at a time, so JOBS suites run side by side,
+# the longest first.
+all_start=$(date +%s)
+running=0
+for s in "${suites[@]}"; do
+  IFS='|' read -r bin filter why <<<"$s"
+  if [ "$running" -ge "${JOBS:-2}" ]; then wait -n || true; running=$((running - 1)); fi
+  run_suite "$bin" "$filter" &
+  running=$((running + 1))
+done
+wait || true
+
+fail=0 total_pass=0 total_fail=0
+for s in "${suites[@]}"; do
+  name=$(basename "${s%%|*}")
+  read -r _ passed failed secs rc <"$build/test-arm64/$name.result" || { passed=0 failed=0 secs=0 rc=missing; }
   total_pass=$((total_pass + passed)) total_fail=$((total_fail + failed))
-  printf 'test-arm64: %-26s %4d passed %3d failed  %4d s%s\n' "$name" "$passed" "$failed" \
-    "$(( $(date +%s) - start ))" "$([ "$rc" = 0 ] || echo "  (exit $rc, log $log)")"
+  printf 'test-arm64: %-26s %4d passed %3d failed  %4d s%s\n' "$name" "$passed" "$failed" "$secs" \
+    "$([ "$rc" = 0 ] || echo "  (exit $rc, log $build/test-arm64/$name.log)")"
   [ "$rc" = 0 ] || fail=1
 done
 echo "test-arm64: $total_pass passed, $total_fail failed in $(( $(date +%s) - all_start )) s" \
