@@ -7,6 +7,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -29,24 +30,34 @@ inline size_t file_pages(const std::string& path) {
   return static_cast<size_t>((st.st_size + page - 1) / page);
 }
 
-// Pages of `path` in the page cache (mincore over a mapping, which brings none in).
-inline size_t resident_pages(const std::string& path) {
+// Bytes of [offset, offset + bytes) of `path` in the page cache, in whole pages (mincore over a
+// mapping, which brings none in); bytes 0: to the end of the file.
+inline uint64_t resident_bytes(const std::string& path, uint64_t offset = 0, uint64_t bytes = 0) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   struct stat st {};
   if (fd < 0 || ::fstat(fd, &st) != 0 || st.st_size == 0) {
     if (fd >= 0) ::close(fd);
     return 0;
   }
-  void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) return 0;
-  std::vector<unsigned char> in(file_pages(path));
-  size_t n = 0;
-  if (::mincore(p, static_cast<size_t>(st.st_size), in.data()) == 0) {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t end = bytes == 0 ? size : std::min(size, offset + bytes);
+  const uint64_t first = std::min(offset, end) / page * page;
+  std::vector<unsigned char> in((end - first + page - 1) / page);
+  uint64_t n = 0;
+  if (!in.empty() && ::mincore(static_cast<uint8_t*>(p) + first, end - first, in.data()) == 0) {
     for (unsigned char c : in) n += c & 1;
   }
-  ::munmap(p, static_cast<size_t>(st.st_size));
-  return n;
+  ::munmap(p, size);
+  return n * page;
+}
+
+// Pages of `path` in the page cache.
+inline size_t resident_pages(const std::string& path) {
+  return static_cast<size_t>(resident_bytes(path) / static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)));
 }
 
 // Writes `path`'s pages back to the disk, so that they can leave the page cache (dirty pages stay).
