@@ -322,6 +322,7 @@ TEST(Seed, WithoutMmapASeededLoadReadsUnderOnePercentOfTheWorkersShareOnTheHead)
   }
   EXPECT_EQ(st.markers, cached_weights);
   EXPECT_EQ(st.reads_skipped, cached_weights);
+  EXPECT_EQ(st.remembered, cached_weights) << "every hash from the memo the mapped load left";
   EXPECT_EQ(st.reads_completed, 0u);
   EXPECT_EQ(st.bytes_not_read, st.marker_bytes);
   // Listed for another worker: the reads are skipped, then made when the tensor sets show that
