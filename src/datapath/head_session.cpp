@@ -126,50 +126,69 @@ bool HeadSession::tensor_set(ggml_tensor* tensor, const void* data, size_t offse
                      static_cast<const ReuseTable::Identity*>(this_thread_call().copy_identity));
 }
 
-void HeadSession::copy_host_input(const ggml_tensor* src, ggml_tensor* dst, uint64_t epoch, TensorCopyFn fn) {
-  const bool in = in_run(), to_worker = in_rpc_buffer(dst);
-  const ggml_tensor* base = src->view_src != nullptr ? src->view_src : src;
-  const ReuseTable::Identity id{base, src->view_src != nullptr ? src->view_offs : 0, src->data, epoch};
-  const ReuseTable::Identity* known = epoch != 0 ? &id : nullptr;
-  if (in && to_worker) casts_.note_worker_input(src, dst, epoch);
-  if (in && to_worker && rpc_ != nullptr && rpc_->redirect_input(src, dst, known)) {
-    return;  // the worker reads it from the head's slot: nothing written into dst (rpc_writes.h)
+bool HeadSession::take(CopyRoute route, const CopyFacts& f, const ggml_tensor* src, ggml_tensor* dst, uint64_t epoch,
+                       const ReuseTable::Identity* input, TensorCopyFn fn) {
+  switch (route) {
+    case CopyRoute::cast_here: {
+      ggml_tensor made;
+      ReuseTable::Identity made_id;
+      if (!casts_.make_worker_result_here(src, epoch, &made, &made_id)) return false;
+      // Placed as the step input it is; nothing read from the worker.
+      const bool placed = f.to_worker ? rpc_ != nullptr && rpc_->redirect_input(&made, dst, &made_id)
+                                      : local_ != nullptr && local_->copy(&made, dst, &made_id);
+      if (!placed) ggml_backend_tensor_set(dst, made.data, 0, ggml_nbytes(&made));
+      return true;
+    }
+    case CopyRoute::defer_to_launch:
+      return local_ != nullptr && local_->defer_worker_result(src, dst);
+    case CopyRoute::relay:
+      return rpc_ != nullptr && rpc_->relay_result(src, dst, epoch);
+    case CopyRoute::worker_slot:
+      return rpc_ != nullptr && rpc_->redirect_input(src, dst, input);
+    case CopyRoute::local_queue:
+      return local_ != nullptr && local_->copy(src, dst, input);
+    case CopyRoute::ggml: {
+      // A step input's write that ggml's copy makes learns which input it is (RpcWrites::write).
+      ThreadCall& call = this_thread_call();
+      call.copy_identity = input;
+      fn(src, dst);
+      call.copy_identity = nullptr;
+      return true;
+    }
   }
-  if (in && local_ != nullptr && local_->copy(src, dst, known)) return;
-  ThreadCall& call = this_thread_call();
-  call.copy_identity = known;
-  fn(src, dst);
-  call.copy_identity = nullptr;
+  return false;
 }
 
 void HeadSession::copy(const ggml_tensor* src, ggml_tensor* dst, TensorCopyFn fn) {
-  const bool src_host = src->buffer != nullptr && ggml_backend_buffer_is_host(src->buffer);
-  const bool from_worker = in_rpc_buffer(src), to_worker = in_rpc_buffer(dst), in = in_run();
-  std::atomic<uint64_t>* bucket = to_worker ? &to_workers_ns_ : from_worker ? &from_workers_ns_ : &to_local_ns_;
+  CopyFacts f;
+  f.in_run = in_run();
+  f.from_worker = in_rpc_buffer(src);
+  f.to_worker = in_rpc_buffer(dst);
+  f.host_input = src->buffer != nullptr && ggml_backend_buffer_is_host(src->buffer) &&
+                 ggml_backend_buffer_get_usage(src->buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
   const uint64_t epoch = epoch_.load(std::memory_order_acquire);
+  // Which step input a copy from host memory is, within this run (none before the first run).
+  const ggml_tensor* base = src->view_src != nullptr ? src->view_src : src;
+  const ReuseTable::Identity id{base, src->view_src != nullptr ? src->view_offs : 0, src->data, epoch};
+  const ReuseTable::Identity* input = f.host_input && epoch != 0 ? &id : nullptr;
+  // The head makes a worker's cast of a step input it copied to that worker in this run.
+  if (f.in_run && f.to_worker && f.host_input) casts_.note_worker_input(src, dst, epoch);
   const uint64_t t0 = now_ns();
-  bool deferred = false;
-  ggml_tensor made;
-  ReuseTable::Identity made_id;
-  if (in && from_worker && casts_.make_worker_result_here(src, epoch, &made, &made_id)) {
-    // made here from the head's own input (local_casts.h): nothing read from the worker
-    bucket = to_worker ? &to_workers_ns_ : &to_local_ns_;
-    const bool placed = to_worker ? rpc_ != nullptr && rpc_->redirect_input(&made, dst, &made_id)
-                                  : local_ != nullptr && local_->copy(&made, dst, &made_id);
-    if (!placed) ggml_backend_tensor_set(dst, made.data, 0, ggml_nbytes(&made));
-  } else if (in && from_worker && !to_worker && local_ != nullptr && local_->defer_worker_result(src, dst)) {
-    deferred = true;  // read at the split's launch; the time is counted and traced there (deferred_s)
-  } else if (in && from_worker && to_worker && rpc_ != nullptr && rpc_->relay_result(src, dst, epoch)) {
-    // read once per run, sent on as an input (rpc_writes.h)
-  } else if (!src_host || ggml_backend_buffer_get_usage(src->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
-    fn(src, dst);
-  } else {
-    copy_host_input(src, dst, epoch, fn);
+  CopyRoute taken = CopyRoute::ggml;
+  for (CopyRoute route : classify(f)) {
+    if (take(route, f, src, dst, epoch, input, fn)) {
+      taken = route;
+      break;
+    }
   }
   const uint64_t t1 = now_ns();
-  bucket->fetch_add(t1 - t0, std::memory_order_relaxed);
-  if (bucket != &to_local_ns_ && !deferred) {
-    tandem::step_trace(bucket == &from_workers_ns_ ? "from-workers" : "to-workers", t0, t1, ggml_nbytes(src));
+  // Where the time goes: made here, nothing came from a worker; a deferred read is counted and
+  // traced at the split's launch (LocalInputStats::deferred_s).
+  const bool from_worker = f.from_worker && taken != CopyRoute::cast_here;
+  std::atomic<uint64_t>& bucket = f.to_worker ? to_workers_ns_ : from_worker ? from_workers_ns_ : to_local_ns_;
+  bucket.fetch_add(t1 - t0, std::memory_order_relaxed);
+  if (&bucket != &to_local_ns_ && taken != CopyRoute::defer_to_launch) {
+    tandem::step_trace(&bucket == &from_workers_ns_ ? "from-workers" : "to-workers", t0, t1, ggml_nbytes(src));
   }
 }
 

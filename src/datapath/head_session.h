@@ -7,7 +7,8 @@
 // devices; `ggml_backend_tensor_set`, through which those copies reach RPC servers;
 // `ggml_backend_tensor_copy_async`, through which a tensor split reduces; and, while a run lasts,
 // `ggml_backend_graph_compute_async` (each split's launch) and `ggml_backend_synchronize`. It tells
-// the input reuse (datapath/input_reuse.h) what a write is, queues the writes to workers
+// the input reuse (datapath/input_reuse.h) what a write is, offers each of the scheduler's copies to
+// the mechanisms the copy policy lists for it (datapath/copy_policy.h), queues the writes to workers
 // (datapath/rpc_writes.h), hands the copies into the head's own GPUs to datapath/local_inputs.h,
 // makes a worker's cast of a step input itself (datapath/local_casts.h), overlaps a tensor split's
 // reductions (datapath/reduce_copies.h), and says where a split's time goes. One session per
@@ -22,6 +23,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "datapath/copy_policy.h"
 #include "datapath/interpose.h"
 #include "datapath/local_casts.h"
 #include "datapath/local_inputs.h"
@@ -96,8 +98,11 @@ class HeadSession final : public SchedulerHooks {
   // True while the calling thread is inside this session's run of the scheduler: its copies are
   // split inputs, its launches splits (not an RPC server's inside this process).
   bool in_run() const;
-  // The scheduler's copy of host tensor `src` (not weights) in run `epoch`.
-  void copy_host_input(const ggml_tensor* src, ggml_tensor* dst, uint64_t epoch, TensorCopyFn real);
+  // Offers the scheduler's copy of `src` into `dst` in run `epoch`, with `facts`, to `route`'s
+  // mechanism (datapath/copy_policy.h); true when it placed the copy. `input`: which step input a
+  // copy from host memory is (may be null).
+  bool take(CopyRoute route, const CopyFacts& facts, const ggml_tensor* src, ggml_tensor* dst, uint64_t epoch,
+            const ReuseTable::Identity* input, TensorCopyFn real);
 
   const HeadOptions options_;
   std::unique_ptr<RpcWrites> rpc_;      // with async_rpc_writes
