@@ -4,6 +4,7 @@
 #include "datapath/ggml_devices.h"
 #include "datapath/self_check.h"
 #include "ggml-backend.h"
+#include "ggml.h"
 
 namespace tandem::datapath {
 namespace {
@@ -124,6 +125,10 @@ bool HeadSession::tensor_set(ggml_tensor* tensor, const void* data, size_t offse
   if (rpc_ == nullptr) return false;
   return rpc_->write(tensor, data, offset, size,
                      static_cast<const ReuseTable::Identity*>(this_thread_call().copy_identity));
+}
+
+void HeadSession::made_arange(ggml_context* ctx, ggml_tensor* tensor) {
+  if (options_.anchor_arange) tensor->src[0] = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1);
 }
 
 bool HeadSession::take(CopyRoute route, const CopyFacts& f, const ggml_tensor* src, ggml_tensor* dst, uint64_t epoch,

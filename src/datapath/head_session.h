@@ -5,7 +5,8 @@
 // `ggml_backend_sched_graph_compute_async`, which libllama calls once per ubatch;
 // `ggml_backend_tensor_copy`, through which the scheduler moves each split's inputs between
 // devices; `ggml_backend_tensor_set`, through which those copies reach RPC servers;
-// `ggml_backend_tensor_copy_async`, through which a tensor split reduces; and, while a run lasts,
+// `ggml_backend_tensor_copy_async`, through which a tensor split reduces; `ggml_arange`, whose
+// tensors the FFN split's graphs anchor; and, while a run lasts,
 // `ggml_backend_graph_compute_async` (each split's launch) and `ggml_backend_synchronize`. It tells
 // the input reuse (datapath/input_reuse.h) what a write is, offers each of the scheduler's copies to
 // the mechanisms the copy policy lists for it (datapath/copy_policy.h), queues the writes to workers
@@ -58,6 +59,12 @@ struct HeadOptions {
   bool local_casts = true;         // a worker's f32 cast of a step input made here (LocalCasts)
   bool serial_runs = false;        // each run waits for every device before returning (measurement)
   bool overlapped_reduce = false;  // a tensor split's reductions overlapped (ReduceCopies)
+  // The FFN tensor split (engine/ffn_device.h): ggml's meta device derives each operation's split
+  // from its sources and aborts on one that has none, ggml_arange, which minimax-m3's sparse
+  // attention builds its gather positions with. With this on, each arange the model's graphs make
+  // while the session is open gets a one-element source that is never read, a leaf like every
+  // input, so the meta device runs it whole on every device.
+  bool anchor_arange = false;
 };
 
 // What the session's mechanisms did since it opened.
@@ -92,6 +99,7 @@ class HeadSession final : public SchedulerHooks {
   void copy_async(ggml_backend_t backend_src, ggml_backend_t backend_dst, const ggml_tensor* src, ggml_tensor* dst,
                   CopyAsyncFn real) override;
   bool tensor_set(ggml_tensor* tensor, const void* data, size_t offset, size_t size) override;
+  void made_arange(ggml_context* ctx, ggml_tensor* tensor) override;
 
  private:
   explicit HeadSession(const HeadOptions& options);

@@ -234,6 +234,16 @@ void ggml_backend_tensor_copy_async(ggml_backend_t backend_src, ggml_backend_t b
   fn(backend_src, backend_dst, src, dst);
 }
 
+// libllama builds graphs with it (minimax-m3's sparse attention: its gather positions); the head's
+// session may rewrite what it makes (datapath/head_session.h: the FFN tensor split).
+ggml_tensor* ggml_arange(ggml_context* ctx, float start, float stop, float step) {
+  static auto fn = tandem::datapath::real<ggml_tensor* (*)(ggml_context*, float, float, float)>(Interposed::arange);
+  tandem::datapath::entered(Interposed::arange);
+  ggml_tensor* t = fn(ctx, start, stop, step);
+  if (auto* h = g_table.sched.load(std::memory_order_acquire); h != nullptr && t != nullptr) h->made_arange(ctx, t);
+  return t;
+}
+
 // Hidden aliases of the definitions above: their addresses are this file's own even where the
 // dynamic linker binds the public names elsewhere, which is what the self-check compares with.
 #define TANDEM_OWN(own, name) __typeof__(name) own __attribute__((alias(#name), visibility("hidden")));
@@ -249,6 +259,7 @@ TANDEM_OWN(tandem_own_graph_compute_async, ggml_backend_graph_compute_async)
 TANDEM_OWN(tandem_own_synchronize, ggml_backend_synchronize)
 TANDEM_OWN(tandem_own_sched_graph_compute_async, ggml_backend_sched_graph_compute_async)
 TANDEM_OWN(tandem_own_tensor_copy_async, ggml_backend_tensor_copy_async)
+TANDEM_OWN(tandem_own_arange, ggml_arange)
 #undef TANDEM_OWN
 
 }  // extern "C"
@@ -281,6 +292,8 @@ void* interposer_address(Interposed which) {
       return reinterpret_cast<void*>(&tandem_own_sched_graph_compute_async);
     case Interposed::tensor_copy_async:
       return reinterpret_cast<void*>(&tandem_own_tensor_copy_async);
+    case Interposed::arange:
+      return reinterpret_cast<void*>(&tandem_own_arange);
     case Interposed::count:
       break;
   }

@@ -1,6 +1,6 @@
 // Every ggml function tandem replaces, in one place, with one dispatch.
 //
-// The split's data path sees ggml's data on its way between devices by defining twelve of ggml's
+// The split's data path sees ggml's data on its way between devices by defining thirteen of ggml's
 // own functions in the executable: a shared library resolves such a symbol to the executable's
 // definition first (the executable links a ggml library that calls it, so ld exports it), and each
 // definition here forwards to ggml's own one (found with RTLD_NEXT) around what the installed hooks
@@ -33,6 +33,7 @@ enum class Interposed : uint32_t {
   synchronize,
   sched_graph_compute_async,
   tensor_copy_async,
+  arange,
   count
 };
 inline constexpr const char* kInterposedNames[] = {"ggml_backend_tensor_set",
@@ -46,7 +47,8 @@ inline constexpr const char* kInterposedNames[] = {"ggml_backend_tensor_set",
                                                    "ggml_backend_graph_compute_async",
                                                    "ggml_backend_synchronize",
                                                    "ggml_backend_sched_graph_compute_async",
-                                                   "ggml_backend_tensor_copy_async"};
+                                                   "ggml_backend_tensor_copy_async",
+                                                   "ggml_arange"};
 static_assert(sizeof kInterposedNames / sizeof kInterposedNames[0] == static_cast<size_t>(Interposed::count));
 
 // ggml's own functions, bypassing the hooks. Each is resolved once; a ggml without one stops the
@@ -90,7 +92,7 @@ bool set_first_hooks(FirstHooks* hooks);
 // `run` wraps each ggml_backend_sched_graph_compute_async (one per ubatch); `launch`, `synchronize`,
 // `copy` and `copy_async` wrap ggml_backend_graph_compute_async, ggml_backend_synchronize,
 // ggml_backend_tensor_copy and ggml_backend_tensor_copy_async; each gets ggml's own function to
-// call. `tensor_set` runs on every tensor set after the first hooks and before the tensor-set hooks
+// call. `made_arange` sees each tensor ggml_arange returns. `tensor_set` runs on every tensor set after the first hooks and before the tensor-set hooks
 // (true: it placed the data). Called from any thread that calls ggml.
 class SchedulerHooks {
  public:
@@ -101,6 +103,9 @@ class SchedulerHooks {
   virtual void copy_async(ggml_backend_t backend_src, ggml_backend_t backend_dst, const ggml_tensor* src,
                           ggml_tensor* dst, CopyAsyncFn real) = 0;
   virtual bool tensor_set(ggml_tensor* tensor, const void* data, size_t offset, size_t size) = 0;
+  // After ggml_arange made `tensor` in `ctx` (libllama builds graphs with it): the head may
+  // rewrite it for the graphs of its model.
+  virtual void made_arange(ggml_context* ctx, ggml_tensor* tensor) = 0;
 
  protected:
   ~SchedulerHooks() = default;

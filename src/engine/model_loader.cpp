@@ -184,6 +184,7 @@ Result<std::unique_ptr<datapath::HeadSession>> open_head_session(const Placement
   o.local_casts = p.local_casts;
   o.serial_runs = !p.overlap;
   o.overlapped_reduce = p.tensor_parallel() && p.overlapped_reduce;
+  o.anchor_arange = p.ffn_tensor_split;
   return datapath::HeadSession::open(o);
 }
 

@@ -91,6 +91,7 @@ TEST_F(OnTheCpu, SchedulerHooksWrapWhatTheSchedulerAndGgmlDo) {
       real(from, to, s, d);
     }
     bool tensor_set(ggml_tensor*, const void*, size_t, size_t) override { return false; }
+    void made_arange(ggml_context*, ggml_tensor*) override {}
   };
   static Counting hooks;
   ASSERT_TRUE(set_scheduler_hooks(&hooks));
