@@ -18,7 +18,6 @@
 #include "datapath/device_stream.h"
 #include "datapath/input_reuse.h"
 #include "datapath/interpose.h"
-#include "datapath/self_check.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "link/protocol.h"
@@ -39,77 +38,7 @@ constexpr size_t kMaxWrite = size_t{1} << 20;
 constexpr size_t kArenaBytes = size_t{8} << 20;
 constexpr size_t kAlign = 256;
 
-// One per device buffer type (datapath/device_stream.h); its stream carries the queued copies.
-struct DeviceQueue {
-  DeviceStream stream;  // no backend: writes to this buffer type are not queued
-  size_t used = 0;
-  bool pending = false;
-};
-
-// Recursive: freeing a buffer inside the lock passes through the free interposer below.
-std::recursive_mutex g_mutex;
-std::unordered_map<ggml_backend_buffer_type_t, DeviceQueue> g_queues;
-std::atomic<bool> g_pending{false};
-std::atomic<bool> g_installed{false};
-std::atomic<bool> g_queueing{false};
-std::atomic<uint64_t> g_count{0};
-std::atomic<uint64_t> g_graphs{0}, g_graph_ns{0}, g_writes{0}, g_write_ns{0};  // StepWork
-
 uint64_t now_ns() { return step_trace_now(); }
-
-// Input reuse (datapath/input_reuse.h): the slots of the head's current session, in device memory.
-struct Slot {
-  ggml_backend_buffer_t buffer = nullptr;
-  ggml_backend_buffer_type_t type = nullptr;
-  uint64_t bytes = 0;  // what the last keep put there
-};
-std::array<Slot, kReuseSlots> g_slots;  // under g_mutex
-std::atomic<uint64_t> g_session{0};
-std::atomic<uint64_t> g_reuse_copies{0};
-std::atomic<uint64_t> g_runs_expanded{0};
-
-void flush_locked() {
-  for (auto& entry : g_queues) {
-    DeviceQueue& q = entry.second;
-    if (!q.pending) continue;
-    ggml_backend_synchronize(q.stream.backend);
-    q.pending = false;
-    q.used = 0;
-  }
-  g_pending.store(false, std::memory_order_release);
-}
-
-DeviceQueue open_queue(ggml_backend_buffer_type_t buft) {
-  return DeviceQueue{open_device_stream(buft, kArenaBytes, /*with_event=*/false)};
-}
-
-// A device-to-device copy, queued behind the queued writes on that device's stream when there is
-// one; otherwise after them, waiting.
-void copy_bytes(ggml_tensor* src, ggml_tensor* dst) {
-  DeviceQueue* q = nullptr;
-  if (g_queueing.load(std::memory_order_relaxed)) {
-    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(dst->buffer);
-    auto it = g_queues.find(buft);
-    if (it == g_queues.end()) it = g_queues.emplace(buft, open_queue(buft)).first;
-    if (it->second.stream.backend != nullptr) q = &it->second;
-  }
-  if (q == nullptr) {
-    if (g_pending.load(std::memory_order_relaxed)) flush_locked();
-    ggml_backend_tensor_copy(src, dst);
-    return;
-  }
-  ggml_backend_tensor_copy_async(q->stream.backend, q->stream.backend, src, dst);
-  q->pending = true;
-  g_pending.store(true, std::memory_order_relaxed);
-}
-
-void free_slot(Slot& s) {
-  if (s.buffer != nullptr) {
-    if (g_pending.load(std::memory_order_relaxed)) flush_locked();  // a queued copy may still read it
-    ggml_backend_buffer_free(s.buffer);
-  }
-  s = Slot{};
-}
 
 // A marker that cannot be what the head meant: the head and this child disagree about the slots,
 // and computing on would use wrong inputs. Ends the process, as a failed cached load does.
@@ -124,20 +53,64 @@ void free_slot(Slot& s) {
   ::_exit(kInputReuseFailedExit);
 }
 
-void apply_marker(ggml_tensor* tensor, size_t offset, const ReuseMarker& m) {
+}  // namespace
+
+void InputWrites::flush_locked() {
+  for (auto& entry : queues_) {
+    DeviceQueue& q = entry.second;
+    if (!q.pending) continue;
+    ggml_backend_synchronize(q.stream.backend);
+    q.pending = false;
+    q.used = 0;
+  }
+  pending_.store(false, std::memory_order_release);
+}
+
+// The queue of `buft`, opened on first use; nullptr when writes to it are not queued. Under mutex_.
+InputWrites::DeviceQueue* InputWrites::queue_of(ggml_backend_buffer_type_t buft) {
+  auto it = queues_.find(buft);
+  if (it == queues_.end()) {
+    it = queues_.emplace(buft, DeviceQueue{open_device_stream(buft, kArenaBytes, /*with_event=*/false)}).first;
+  }
+  return it->second.stream.backend != nullptr ? &it->second : nullptr;
+}
+
+// A device-to-device copy, queued behind the queued writes on that device's stream when there is
+// one; otherwise after them, waiting.
+void InputWrites::copy_bytes(ggml_tensor* src, ggml_tensor* dst) {
+  DeviceQueue* q = queueing_ ? queue_of(ggml_backend_buffer_get_type(dst->buffer)) : nullptr;
+  if (q == nullptr) {
+    if (pending_.load(std::memory_order_relaxed)) flush_locked();
+    ggml_backend_tensor_copy(src, dst);
+    return;
+  }
+  ggml_backend_tensor_copy_async(q->stream.backend, q->stream.backend, src, dst);
+  q->pending = true;
+  pending_.store(true, std::memory_order_relaxed);
+}
+
+void InputWrites::free_slot(Slot& s) {
+  if (s.buffer != nullptr) {
+    if (pending_.load(std::memory_order_relaxed)) flush_locked();  // a queued copy may still read it
+    ggml_backend_buffer_free(s.buffer);
+  }
+  s = Slot{};
+}
+
+void InputWrites::apply_marker(ggml_tensor* tensor, size_t offset, const ReuseMarker& m) {
   ggml_backend_buffer_t buf = tensor->view_src != nullptr ? tensor->view_src->buffer : tensor->buffer;
   if (buf == nullptr || offset + m.bytes > ggml_nbytes(tensor)) {
     reuse_failed(std::string("a marker for ") + format_bytes(m.bytes) + " at offset " + std::to_string(offset) +
                  " of tensor '" + tensor->name + "' (" + format_bytes(ggml_nbytes(tensor)) + ")");
   }
-  std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  if (m.session != g_session.load()) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (m.session != session_.load()) {
     if (m.op == ReuseOp::copy) reuse_failed("a copy from slot " + std::to_string(m.slot) + " of another session");
-    for (Slot& s : g_slots) free_slot(s);
-    g_session.store(m.session);
+    for (Slot& s : slots_) free_slot(s);
+    session_.store(m.session);
   }
   ggml_tensor region = raw_bytes(buf, static_cast<uint8_t*>(tensor->data) + offset, m.bytes);
-  Slot& slot = g_slots[m.slot];
+  Slot& slot = slots_[m.slot];
   if (m.op == ReuseOp::copy) {
     if (slot.buffer == nullptr || slot.bytes != m.bytes) {
       reuse_failed("slot " + std::to_string(m.slot) + " holds " + format_bytes(slot.bytes) + ", the head asked for " +
@@ -145,11 +118,11 @@ void apply_marker(ggml_tensor* tensor, size_t offset, const ReuseMarker& m) {
     }
     ggml_tensor kept = raw_bytes(slot.buffer, ggml_backend_buffer_get_base(slot.buffer), m.bytes);
     copy_bytes(&kept, &region);
-    g_reuse_copies.fetch_add(1, std::memory_order_relaxed);
+    reuse_copies_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   for (uint32_t i = 0; i < kReuseSlots; ++i) {
-    if ((m.drop >> i & 1u) != 0 && i != m.slot) free_slot(g_slots[i]);
+    if ((m.drop >> i & 1u) != 0 && i != m.slot) free_slot(slots_[i]);
   }
   ggml_backend_buffer_type_t type = ggml_backend_buffer_get_type(buf);
   const size_t capacity = slot.buffer != nullptr ? ggml_backend_buffer_get_size(slot.buffer) : 0;
@@ -166,11 +139,9 @@ void apply_marker(ggml_tensor* tensor, size_t offset, const ReuseMarker& m) {
   slot.bytes = m.bytes;
 }
 
-bool place_write(ggml_tensor* tensor, const void* data, size_t offset, size_t size);
-
 // An input the head sent as runs (link/protocol.h): expanded here, then written as if it had
 // come whole. Runs that would write past the tensor stop the process, as a bad marker does.
-void expand_runs(ggml_tensor* tensor, const void* data, size_t offset, size_t size, uint64_t expanded) {
+void InputWrites::expand_runs(ggml_tensor* tensor, const void* data, size_t offset, size_t size, uint64_t expanded) {
   if (offset + expanded > ggml_nbytes(tensor)) {
     reuse_failed(std::string("runs expanding to ") + format_bytes(expanded) + " at offset " + std::to_string(offset) +
                  " of tensor '" + tensor->name + "' (" + format_bytes(ggml_nbytes(tensor)) + ")");
@@ -178,12 +149,12 @@ void expand_runs(ggml_tensor* tensor, const void* data, size_t offset, size_t si
   thread_local std::vector<uint8_t> bytes;  // kept: a fresh buffer a chunk would fault in every page
   bytes.resize(expanded);
   if (!decode_word_runs(data, size, bytes.data(), expanded)) reuse_failed("runs that do not decode");
-  g_runs_expanded.fetch_add(1, std::memory_order_relaxed);
+  runs_expanded_.fetch_add(1, std::memory_order_relaxed);
   if (place_write(tensor, bytes.data(), offset, expanded)) return;
   real_tensor_set()(tensor, bytes.data(), offset, expanded);  // place_write waited for the queue
 }
 
-bool place_write(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
+bool InputWrites::place_write(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
   ggml_backend_buffer_t buf = tensor->view_src != nullptr ? tensor->view_src->buffer : tensor->buffer;
   if (buf == nullptr || size == 0) return false;
   if (size >= kWordRunsHeader) {
@@ -198,20 +169,14 @@ bool place_write(ggml_tensor* tensor, const void* data, size_t offset, size_t si
       return true;
     }
   }
-  if (!g_queueing.load(std::memory_order_relaxed)) return false;
+  if (!queueing_) return false;
   const bool candidate = size <= kMaxWrite && ggml_backend_buffer_get_usage(buf) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS &&
                          !ggml_backend_buffer_is_host(buf);
-  std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  DeviceQueue* q = nullptr;
-  if (candidate) {
-    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(buf);
-    auto it = g_queues.find(buft);
-    if (it == g_queues.end()) it = g_queues.emplace(buft, open_queue(buft)).first;
-    if (it->second.stream.backend != nullptr) q = &it->second;
-  }
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  DeviceQueue* q = candidate ? queue_of(ggml_backend_buffer_get_type(buf)) : nullptr;
   if (q == nullptr) {
     // ggml writes this one itself, on another stream: what was queued goes first.
-    if (g_pending.load(std::memory_order_relaxed)) flush_locked();
+    if (pending_.load(std::memory_order_relaxed)) flush_locked();
     return false;
   }
   if (q->used + size > kArenaBytes) flush_locked();
@@ -220,74 +185,59 @@ bool place_write(ggml_tensor* tensor, const void* data, size_t offset, size_t si
   ggml_backend_tensor_set_async(q->stream.backend, tensor, staged, offset, size);
   q->used += (size + kAlign - 1) / kAlign * kAlign;
   q->pending = true;
-  g_pending.store(true, std::memory_order_relaxed);
-  g_count.fetch_add(1, std::memory_order_relaxed);
+  pending_.store(true, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
-bool queue_write(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
+bool InputWrites::place(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
   const uint64_t t0 = now_ns();
   if (!place_write(tensor, data, offset, size)) return false;
-  g_writes.fetch_add(1, std::memory_order_relaxed);
-  g_write_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  writes_.fetch_add(1, std::memory_order_relaxed);
+  write_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   return true;
 }
 
-// The fence's graph: what was queued lands first, and the graph's time is counted.
-enum ggml_status run_graph(ggml_backend_t backend, ggml_cgraph* cgraph, LaunchFn fn) {
+enum ggml_status InputWrites::run_graph(ggml_backend_t backend, ggml_cgraph* cgraph, LaunchFn fn) {
   const uint64_t t0 = now_ns();
-  flush_input_writes();
+  flush();
   const uint64_t t_run = now_ns();
   const enum ggml_status st = fn(backend, cgraph);
   const uint64_t t1 = now_ns();
-  g_graphs.fetch_add(1, std::memory_order_relaxed);
-  g_graph_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+  graphs_.fetch_add(1, std::memory_order_relaxed);
+  graph_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
   step_trace("inputs", t0, t_run);
   step_trace("graph", t_run, t1);
   return st;
 }
 
-// ggml's calls that read, run on or release device memory wait for the queued writes first; with
-// nothing queued the wait is one atomic load.
-constexpr DeviceFenceHooks kFence{&flush_input_writes, &run_graph};
-
-}  // namespace
-
-void flush_input_writes() {
-  if (!g_pending.load(std::memory_order_acquire)) return;
-  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+// With nothing queued the wait is one atomic load.
+void InputWrites::flush() {
+  if (!pending_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   flush_locked();
 }
 
-Status install_input_writes(bool queue) {
-  TANDEM_RETURN_IF_ERROR(check_interposition());
-  g_queueing.store(queue);
-  if (!g_installed.exchange(true)) {
-    set_device_fence_hooks(&kFence);
-    add_tensor_set_hook(&queue_write);
-  }
-  return Status::ok();
+InputWrites::~InputWrites() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  for (Slot& s : slots_) free_slot(s);
+  flush_locked();
+  for (auto& entry : queues_) close_device_stream(entry.second.stream);
 }
 
-uint64_t queued_input_writes() { return g_count.load(); }
-
-uint64_t input_reuse_session() { return g_session.load(); }
-
-void release_input_reuse(uint64_t session) {
-  std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  if (session == 0 || g_session.load() != session) return;
-  for (Slot& s : g_slots) free_slot(s);
+void InputWrites::release(uint64_t session) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (session == 0 || session_.load() != session) return;
+  for (Slot& s : slots_) free_slot(s);
 }
 
-uint64_t input_reuse_copies() { return g_reuse_copies.load(); }
-
-StepWork take_step_work() {
+StepWork InputWrites::take_step_work() {
   StepWork w;
-  w.graphs = g_graphs.exchange(0);
-  w.graph_s = g_graph_ns.exchange(0) / 1e9;
-  w.writes = g_writes.exchange(0);
-  w.write_s = g_write_ns.exchange(0) / 1e9;
-  w.runs = g_runs_expanded.exchange(0);
+  w.graphs = graphs_.exchange(0);
+  w.graph_s = graph_ns_.exchange(0) / 1e9;
+  w.writes = writes_.exchange(0);
+  w.write_s = write_ns_.exchange(0) / 1e9;
+  w.runs = runs_expanded_.exchange(0);
   return w;
 }
 

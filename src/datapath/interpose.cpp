@@ -1,5 +1,4 @@
 #include "datapath/interpose.h"
-#include "datapath/reduce_copies.h"
 
 #include <dlfcn.h>
 
@@ -17,17 +16,30 @@ namespace tandem::datapath {
 namespace {
 
 constexpr int kSlots = 4;
-std::atomic<TensorSetHook> g_set_hooks[kSlots];
-std::mutex g_edit;  // serialises edits; calls read the slots without it
-std::atomic<const SchedulerHooks*> g_sched{nullptr};
-std::atomic<const DeviceFenceHooks*> g_fence{nullptr};
-std::atomic<const FirstHooks*> g_first{nullptr};
 
-thread_local bool t_canary = false;
-thread_local uint32_t t_seen = 0;
+// The hook table: which hooks the replaced functions run. The data path's one process-wide
+// object, because ggml's functions take no context to find a session by. Calls read it without a
+// lock; `edit` serialises changes.
+struct HookTable {
+  std::atomic<TensorSetHook> set_hooks[kSlots];
+  std::mutex edit;
+  std::atomic<SchedulerHooks*> sched{nullptr};
+  std::atomic<DeviceFenceHooks*> fence{nullptr};
+  std::atomic<FirstHooks*> first{nullptr};
+};
+HookTable g_table;
+
+// Per thread: the self-check's canary (the definitions entered while it is on) and what hooks hand
+// down one call (ThreadCall).
+struct ThreadState {
+  bool canary = false;
+  uint32_t seen = 0;
+  ThreadCall call;
+};
+thread_local ThreadState t_thread;
 
 inline void entered(Interposed which) {
-  if (t_canary) t_seen |= 1u << static_cast<uint32_t>(which);
+  if (t_thread.canary) t_thread.seen |= 1u << static_cast<uint32_t>(which);
 }
 
 template <typename Fn>
@@ -42,17 +54,27 @@ Fn real(Interposed which) {
 }
 
 inline void fence() {
-  if (const DeviceFenceHooks* f = g_fence.load(std::memory_order_acquire)) f->fence();
+  if (DeviceFenceHooks* f = g_table.fence.load(std::memory_order_acquire)) f->fence();
+}
+
+// Installs `hooks` into `slot` unless others are there.
+template <typename Hooks>
+bool install(std::atomic<Hooks*>& slot, Hooks* hooks) {
+  std::lock_guard<std::mutex> lock(g_table.edit);
+  Hooks* installed = slot.load();
+  if (hooks != nullptr && installed != nullptr && installed != hooks) return false;
+  slot.store(hooks, std::memory_order_release);
+  return true;
 }
 
 }  // namespace
 
 bool add_tensor_set_hook(TensorSetHook hook) {
-  std::lock_guard<std::mutex> lock(g_edit);
-  for (auto& h : g_set_hooks) {
+  std::lock_guard<std::mutex> lock(g_table.edit);
+  for (auto& h : g_table.set_hooks) {
     if (h.load() == hook) return false;
   }
-  for (auto& h : g_set_hooks) {
+  for (auto& h : g_table.set_hooks) {
     if (h.load() == nullptr) {
       h.store(hook);
       return true;
@@ -62,8 +84,8 @@ bool add_tensor_set_hook(TensorSetHook hook) {
 }
 
 void remove_tensor_set_hook(TensorSetHook hook) {
-  std::lock_guard<std::mutex> lock(g_edit);
-  for (auto& h : g_set_hooks) {
+  std::lock_guard<std::mutex> lock(g_table.edit);
+  for (auto& h : g_table.set_hooks) {
     if (h.load() == hook) h.store(nullptr);
   }
 }
@@ -78,10 +100,16 @@ TensorGetFn real_tensor_get() {
   return fn;
 }
 
-void set_first_hooks(const FirstHooks* hooks) { g_first.store(hooks, std::memory_order_release); }
+SynchronizeFn real_synchronize() {
+  static SynchronizeFn fn = real<SynchronizeFn>(Interposed::synchronize);
+  return fn;
+}
 
-void set_scheduler_hooks(const SchedulerHooks* hooks) { g_sched.store(hooks, std::memory_order_release); }
-void set_device_fence_hooks(const DeviceFenceHooks* hooks) { g_fence.store(hooks, std::memory_order_release); }
+bool set_first_hooks(FirstHooks* hooks) { return install(g_table.first, hooks); }
+bool set_scheduler_hooks(SchedulerHooks* hooks) { return install(g_table.sched, hooks); }
+bool set_device_fence_hooks(DeviceFenceHooks* hooks) { return install(g_table.fence, hooks); }
+
+ThreadCall& this_thread_call() { return t_thread.call; }
 
 bool tensor_set_interposed() {
   return ::dlsym(RTLD_DEFAULT, "ggml_backend_tensor_set") == interposer_address(Interposed::tensor_set) &&
@@ -89,10 +117,10 @@ bool tensor_set_interposed() {
 }
 
 void set_interposer_canary(bool on) {
-  t_canary = on;
-  t_seen = 0;
+  t_thread.canary = on;
+  t_thread.seen = 0;
 }
-uint32_t interposer_calls_seen() { return t_seen; }
+uint32_t interposer_calls_seen() { return t_thread.seen; }
 
 }  // namespace tandem::datapath
 
@@ -102,23 +130,31 @@ extern "C" {
 
 using tandem::datapath::Interposed;
 
-// With no hook it only forwards: five relaxed loads per call.
+using tandem::datapath::g_table;
+
+// With no hook it only forwards: seven relaxed loads per call.
 void ggml_backend_tensor_set(struct ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
   tandem::datapath::entered(Interposed::tensor_set);
-  if (const auto* first = tandem::datapath::g_first.load(std::memory_order_relaxed)) {
-    if (first->set != nullptr && first->set(tensor, data, offset, size)) return;
+  if (auto* first = g_table.first.load(std::memory_order_relaxed)) {
+    if (first->set(tensor, data, offset, size)) return;
   }
-  for (auto& h : tandem::datapath::g_set_hooks) {
+  if (auto* sched = g_table.sched.load(std::memory_order_relaxed)) {
+    if (sched->tensor_set(tensor, data, offset, size)) return;
+  }
+  for (auto& h : g_table.set_hooks) {
     const tandem::datapath::TensorSetHook hook = h.load(std::memory_order_relaxed);
     if (hook != nullptr && hook(tensor, data, offset, size)) return;
+  }
+  if (auto* fence = g_table.fence.load(std::memory_order_relaxed)) {
+    if (fence->tensor_set(tensor, data, offset, size)) return;
   }
   tandem::datapath::real_tensor_set()(tensor, data, offset, size);
 }
 
 void ggml_backend_tensor_get(const struct ggml_tensor* tensor, void* data, size_t offset, size_t size) {
   tandem::datapath::entered(Interposed::tensor_get);
-  if (const auto* first = tandem::datapath::g_first.load(std::memory_order_relaxed)) {
-    if (first->get != nullptr && first->get(tensor, data, offset, size)) return;
+  if (auto* first = g_table.first.load(std::memory_order_relaxed)) {
+    if (first->get(tensor, data, offset, size)) return;
   }
   tandem::datapath::fence();
   tandem::datapath::real_tensor_get()(tensor, data, offset, size);
@@ -155,43 +191,57 @@ bool ggml_backend_buffer_copy_tensor(const struct ggml_tensor* src, struct ggml_
 enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
   static auto fn = tandem::datapath::real<tandem::datapath::LaunchFn>(Interposed::graph_compute);
   tandem::datapath::entered(Interposed::graph_compute);
-  if (const tandem::datapath::DeviceFenceHooks* f = tandem::datapath::g_fence.load(std::memory_order_acquire))
-    return f->graph(backend, cgraph, fn);
+  if (auto* f = g_table.fence.load(std::memory_order_acquire)) return f->graph(backend, cgraph, fn);
   return fn(backend, cgraph);
 }
 
 enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct ggml_cgraph* cgraph) {
   static auto fn = tandem::datapath::real<tandem::datapath::LaunchFn>(Interposed::graph_compute_async);
   tandem::datapath::entered(Interposed::graph_compute_async);
-  tandem::datapath::flush_reduce_copies(backend);
-  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire))
-    return h->launch(backend, cgraph, fn);
+  if (auto* h = g_table.sched.load(std::memory_order_acquire)) return h->launch(backend, cgraph, fn);
   return fn(backend, cgraph);
 }
 
 void ggml_backend_synchronize(ggml_backend_t backend) {
-  static auto fn = tandem::datapath::real<tandem::datapath::SynchronizeFn>(Interposed::synchronize);
+  const auto fn = tandem::datapath::real_synchronize();
   tandem::datapath::entered(Interposed::synchronize);
-  tandem::datapath::flush_reduce_copies(backend);
-  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire))
-    return h->synchronize(backend, fn);
+  if (auto* h = g_table.sched.load(std::memory_order_acquire)) return h->synchronize(backend, fn);
   fn(backend);
 }
 
 enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched, struct ggml_cgraph* graph) {
   static auto fn = tandem::datapath::real<tandem::datapath::SchedComputeFn>(Interposed::sched_graph_compute_async);
   tandem::datapath::entered(Interposed::sched_graph_compute_async);
-  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire))
-    return h->run(sched, graph, fn);
+  if (auto* h = g_table.sched.load(std::memory_order_acquire)) return h->run(sched, graph, fn);
   return fn(sched, graph);
 }
 
 void ggml_backend_tensor_copy(const struct ggml_tensor* src, struct ggml_tensor* dst) {
   static auto fn = tandem::datapath::real<tandem::datapath::TensorCopyFn>(Interposed::tensor_copy);
   tandem::datapath::entered(Interposed::tensor_copy);
-  if (const tandem::datapath::SchedulerHooks* h = tandem::datapath::g_sched.load(std::memory_order_acquire))
-    return h->copy(src, dst, fn);
+  if (auto* h = g_table.sched.load(std::memory_order_acquire)) return h->copy(src, dst, fn);
   fn(src, dst);
+}
+
+// llama.cpp's meta device (the tensor splits) reduces partial sums through it
+// (datapath/reduce_copies.h).
+void ggml_backend_tensor_copy_async(ggml_backend_t backend_src, ggml_backend_t backend_dst,
+                                    const struct ggml_tensor* src, struct ggml_tensor* dst) {
+  static auto fn = tandem::datapath::real<tandem::datapath::CopyAsyncFn>(Interposed::tensor_copy_async);
+  tandem::datapath::entered(Interposed::tensor_copy_async);
+  if (auto* h = g_table.sched.load(std::memory_order_acquire))
+    return h->copy_async(backend_src, backend_dst, src, dst, fn);
+  fn(backend_src, backend_dst, src, dst);
+}
+
+// libllama builds graphs with it (minimax-m3's sparse attention: its gather positions); the head's
+// session may rewrite what it makes (datapath/head_session.h: the FFN tensor split).
+ggml_tensor* ggml_arange(ggml_context* ctx, float start, float stop, float step) {
+  static auto fn = tandem::datapath::real<ggml_tensor* (*)(ggml_context*, float, float, float)>(Interposed::arange);
+  tandem::datapath::entered(Interposed::arange);
+  ggml_tensor* t = fn(ctx, start, stop, step);
+  if (auto* h = g_table.sched.load(std::memory_order_acquire); h != nullptr && t != nullptr) h->made_arange(ctx, t);
+  return t;
 }
 
 // Hidden aliases of the definitions above: their addresses are this file's own even where the
@@ -208,6 +258,8 @@ TANDEM_OWN(tandem_own_graph_compute, ggml_backend_graph_compute)
 TANDEM_OWN(tandem_own_graph_compute_async, ggml_backend_graph_compute_async)
 TANDEM_OWN(tandem_own_synchronize, ggml_backend_synchronize)
 TANDEM_OWN(tandem_own_sched_graph_compute_async, ggml_backend_sched_graph_compute_async)
+TANDEM_OWN(tandem_own_tensor_copy_async, ggml_backend_tensor_copy_async)
+TANDEM_OWN(tandem_own_arange, ggml_arange)
 #undef TANDEM_OWN
 
 }  // extern "C"
@@ -238,6 +290,10 @@ void* interposer_address(Interposed which) {
       return reinterpret_cast<void*>(&tandem_own_synchronize);
     case Interposed::sched_graph_compute_async:
       return reinterpret_cast<void*>(&tandem_own_sched_graph_compute_async);
+    case Interposed::tensor_copy_async:
+      return reinterpret_cast<void*>(&tandem_own_tensor_copy_async);
+    case Interposed::arange:
+      return reinterpret_cast<void*>(&tandem_own_arange);
     case Interposed::count:
       break;
   }

@@ -92,8 +92,8 @@ bool inside(const uint8_t* base, size_t size, const void* p, size_t n) {
 }  // namespace
 
 // The first hooks (datapath/interpose.h): reads and writes of a worker's KV inside a scope.
-struct ShareHooks {
-  static bool get(const ggml_tensor* tensor, void* data, size_t offset, size_t size) {
+struct ShareHooks final : FirstHooks {
+  bool get(const ggml_tensor* tensor, void* data, size_t offset, size_t size) {
     ShareSave* s = t_save;
     if (s == nullptr || !inside(s->base_, s->size_, data, size)) return false;
     const std::string endpoint = worker_of(tensor);
@@ -115,7 +115,7 @@ struct ShareHooks {
     return true;
   }
 
-  static bool set(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
+  bool set(ggml_tensor* tensor, const void* data, size_t offset, size_t size) {
     ShareRestore* r = t_restore;
     if (r == nullptr || !inside(r->base_, r->size_, data, size)) return false;
     const std::string endpoint = worker_of(tensor);
@@ -135,21 +135,26 @@ struct ShareHooks {
 };
 
 namespace {
-constexpr FirstHooks kHooks{&ShareHooks::set, &ShareHooks::get};
+ShareHooks g_hooks;
 }
 
 KvShares::KvShares(std::set<std::string> endpoints) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_live) return;
+  live_ = true;
   std::random_device rd;
   const uint64_t t = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   g_session = ((static_cast<uint64_t>(rd()) << 32 | rd()) ^ t ^ static_cast<uint64_t>(::getpid()) << 40) | 1;
   g_endpoints = std::move(endpoints);
   g_live = true;
-  set_first_hooks(&kHooks);
+  // Refused only where an RPC child's session holds them (not in an engine): the states then move
+  // whole, as without shares.
+  installed_ = set_first_hooks(&g_hooks);
 }
 
 KvShares::~KvShares() {
+  if (!live_) return;
+  if (installed_) set_first_hooks(nullptr);
   std::lock_guard<std::mutex> lock(g_mutex);
   g_endpoints.clear();
   g_live = false;

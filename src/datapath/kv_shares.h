@@ -44,6 +44,9 @@ class KvShares {
   ~KvShares();
   KvShares(const KvShares&) = delete;
   KvShares& operator=(const KvShares&) = delete;
+
+ private:
+  bool live_ = false, installed_ = false;
 };
 
 // One state's save, on this thread, into the `size` bytes at `base` that llama.cpp writes it to.

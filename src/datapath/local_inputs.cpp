@@ -19,19 +19,18 @@ constexpr size_t kArenaBytes = size_t{32} << 20;
 constexpr size_t kMaxStaged = size_t{16} << 20;
 constexpr size_t kAlign = 256;
 
-struct First {
-  ggml_backend_buffer_t buffer;
-  void* data;
-};
-// A result of an RPC server to read when the split launches (`src` lives until then: same run).
-struct Deferred {
+uint64_t now_ns() { return step_trace_now(); }
+
+}  // namespace
+
+struct LocalInputs::Deferred {
   const ggml_tensor* src;
   ggml_tensor to;
 };
 
 // One per GPU buffer type. `firsts` holds the current split's first copies; they stay intact until
 // the split's graph, which comes after every copy on the device's stream, runs.
-struct Queue {
+struct LocalInputs::Queue {
   DeviceStream stream;
   ggml_backend_dev_t dev = nullptr;
   size_t used = 0;
@@ -46,17 +45,8 @@ struct Queue {
   std::unordered_map<CopyKey, size_t, CopyKeyHash> slot_of;
 };
 
-std::mutex g_mutex;
-std::atomic<bool> g_on{false};
-uint64_t g_slot_bytes = 0;                                       // under g_mutex, while on; 0: no slots
-std::unordered_map<ggml_backend_buffer_type_t, Queue> g_queues;  // under g_mutex
-std::atomic<uint64_t> g_staged{0}, g_repeated{0}, g_bytes_not_copied{0}, g_deferred{0}, g_deferred_ns{0};
-std::atomic<uint64_t> g_results_repeated{0}, g_result_bytes_not_read{0};
-
-uint64_t now_ns() { return step_trace_now(); }
-
 // Page-locked room for `n` bytes in `q`'s arena, waiting for the stream when it is full.
-uint8_t* stage(Queue& q, size_t n) {
+uint8_t* LocalInputs::stage(Queue& q, size_t n) {
   if (q.used + n > q.stream.size) {
     ggml_backend_synchronize(q.stream.backend);  // the staged bytes are read
     q.used = 0;
@@ -73,7 +63,7 @@ uint8_t* stage(Queue& q, size_t n) {
 // earlier split's input memory once that split has run).
 // MiniMax-M3's sparse layers each read a view of one mask the worker's first sparse layer cast,
 // so without this a 512-token chunk read 512 × positions × 4 bytes over the link per head layer.
-void read_deferred(Queue& q) {
+void LocalInputs::read_deferred(Queue& q) {
   if (q.deferred.empty()) return;
   const uint64_t t0 = now_ns();
   uint64_t bytes = 0;
@@ -88,8 +78,8 @@ void read_deferred(Queue& q) {
         ggml_backend_tensor_copy_async(q.stream.backend, q.stream.backend, &from, &d.to);
         q.pending = true;
       }
-      g_results_repeated.fetch_add(1, std::memory_order_relaxed);
-      g_result_bytes_not_read.fetch_add(n, std::memory_order_relaxed);
+      results_repeated_.fetch_add(1, std::memory_order_relaxed);
+      result_bytes_not_read_.fetch_add(n, std::memory_order_relaxed);
       continue;
     }
     bytes += n;
@@ -105,12 +95,14 @@ void read_deferred(Queue& q) {
     }
     firsts.emplace(key, First{d.to.buffer, d.to.data});
   }
-  g_deferred.fetch_add(q.deferred.size(), std::memory_order_relaxed);
+  deferred_.fetch_add(q.deferred.size(), std::memory_order_relaxed);
   q.deferred.clear();
   const uint64_t t1 = now_ns();
-  g_deferred_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+  deferred_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
   step_trace("from-workers", t0, t1, bytes);
 }
+
+namespace {
 
 // What ggml_backend_tensor_copy asserts before copying raw bytes.
 bool same_layout(const ggml_tensor* a, const ggml_tensor* b) {
@@ -133,20 +125,22 @@ ggml_backend_buffer_t device_destination(const ggml_tensor* src, const ggml_tens
   return buf;
 }
 
-Queue* queue_for(ggml_backend_buffer_t buf) {
+}  // namespace
+
+LocalInputs::Queue* LocalInputs::queue_for(ggml_backend_buffer_t buf) {
   ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(buf);
-  auto it = g_queues.find(buft);
-  if (it == g_queues.end()) {
-    Queue q;
-    q.stream = open_device_stream(buft, kArenaBytes, /*with_event=*/true);
-    q.dev = ggml_backend_buft_get_device(buft);
-    it = g_queues.emplace(buft, std::move(q)).first;
+  auto it = queues_.find(buft);
+  if (it == queues_.end()) {
+    auto q = std::make_unique<Queue>();
+    q->stream = open_device_stream(buft, kArenaBytes, /*with_event=*/true);
+    q->dev = ggml_backend_buft_get_device(buft);
+    it = queues_.emplace(buft, std::move(q)).first;
   }
-  return it->second.stream.backend != nullptr ? &it->second : nullptr;
+  return it->second->stream.backend != nullptr ? it->second.get() : nullptr;
 }
 
 // The split about to run on `backend` reads what was queued: its stream waits for the queue.
-void hand_over(Queue& q, ggml_backend_t backend) {
+void LocalInputs::hand_over(Queue& q, ggml_backend_t backend) {
   q.last_launch = backend;
   read_deferred(q);
   if (q.pending) {
@@ -164,10 +158,11 @@ void hand_over(Queue& q, ggml_backend_t backend) {
 // Input slots: points `dst` at this run's copy of the bytes `key` names in `q`'s slot buffer,
 // staging them there first if they are not yet; false when they do not fit (the same in every run
 // of a graph, so a graph's addresses do not change between its runs).
-bool place_in_slot(Queue& q, ggml_backend_buffer_t buf, const ggml_tensor* src, ggml_tensor* dst, const CopyKey& key) {
+bool LocalInputs::place_in_slot(Queue& q, ggml_backend_buffer_t buf, const ggml_tensor* src, ggml_tensor* dst,
+                                const CopyKey& key) {
   if (q.slots_failed || dst->view_src != nullptr) return false;
   if (q.slots == nullptr) {
-    q.slots = ggml_backend_buft_alloc_buffer(ggml_backend_buffer_get_type(buf), g_slot_bytes);
+    q.slots = ggml_backend_buft_alloc_buffer(ggml_backend_buffer_get_type(buf), slot_bytes_);
     if (q.slots == nullptr) {
       q.slots_failed = true;
       return false;
@@ -194,67 +189,58 @@ bool place_in_slot(Queue& q, ggml_backend_buffer_t buf, const ggml_tensor* src, 
     std::memcpy(staged, src->data, key.bytes);
     ggml_backend_tensor_set_async(q.stream.backend, &slot, staged, 0, key.bytes);
     q.pending = true;
-    g_staged.fetch_add(1, std::memory_order_relaxed);
+    staged_.fetch_add(1, std::memory_order_relaxed);
   } else {
-    g_repeated.fetch_add(1, std::memory_order_relaxed);
-    g_bytes_not_copied.fetch_add(key.bytes, std::memory_order_relaxed);
+    repeated_.fetch_add(1, std::memory_order_relaxed);
+    bytes_not_copied_.fetch_add(key.bytes, std::memory_order_relaxed);
   }
   dst->buffer = q.slots;
   dst->data = base + it->second;
   return true;
 }
 
-}  // namespace
-
-void local_inputs_before_launch(ggml_backend_t backend) {
-  if (!g_on.load(std::memory_order_acquire)) return;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_on.load() || g_queues.empty()) return;
+void LocalInputs::before_launch(ggml_backend_t backend) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (queues_.empty()) return;
   ggml_backend_dev_t dev = ggml_backend_get_device(backend);
-  for (auto& entry : g_queues) {
-    if (entry.second.stream.backend != nullptr && entry.second.dev == dev) hand_over(entry.second, backend);
+  for (auto& entry : queues_) {
+    if (entry.second->stream.backend != nullptr && entry.second->dev == dev) hand_over(*entry.second, backend);
   }
 }
 
-LocalInputCopies::LocalInputCopies(uint64_t slot_bytes) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_on.load()) return;
-  g_slot_bytes = slot_bytes;
-  g_on.store(true);
-  active_ = true;
-}
+LocalInputs::LocalInputs(uint64_t slot_bytes) : slot_bytes_(slot_bytes) {}
 
-LocalInputCopies::~LocalInputCopies() {
-  if (!active_) return;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_on.store(false);
-  for (auto& entry : g_queues) {
-    close_device_stream(entry.second.stream);
-    if (entry.second.slots != nullptr) ggml_backend_buffer_free(entry.second.slots);
+LocalInputs::~LocalInputs() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& entry : queues_) {
+    close_device_stream(entry.second->stream);
+    if (entry.second->slots != nullptr) ggml_backend_buffer_free(entry.second->slots);
   }
-  g_queues.clear();
-  g_slot_bytes = 0;
+  queues_.clear();
 }
 
-uint64_t LocalInputCopies::staged() { return g_staged.load(); }
-uint64_t LocalInputCopies::repeated() { return g_repeated.load(); }
-uint64_t LocalInputCopies::bytes_not_copied() { return g_bytes_not_copied.load(); }
-uint64_t LocalInputCopies::deferred() { return g_deferred.load(); }
-uint64_t LocalInputCopies::results_repeated() { return g_results_repeated.load(); }
-uint64_t LocalInputCopies::result_bytes_not_read() { return g_result_bytes_not_read.load(); }
+LocalInputStats LocalInputs::stats() const {
+  LocalInputStats s;
+  s.staged = staged_.load();
+  s.repeated = repeated_.load();
+  s.bytes_not_copied = bytes_not_copied_.load();
+  s.deferred = deferred_.load();
+  s.results_repeated = results_repeated_.load();
+  s.result_bytes_not_read = result_bytes_not_read_.load();
+  s.deferred_s = deferred_ns_.load() / 1e9;
+  return s;
+}
 
-bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id) {
-  if (!g_on.load(std::memory_order_relaxed)) return false;
+bool LocalInputs::copy(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable::Identity* id) {
   ggml_backend_buffer_t buf = device_destination(src, dst);
   if (buf == nullptr) return false;
   const size_t n = ggml_nbytes(src);
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_on.load()) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
   Queue* q = queue_for(buf);
   if (q == nullptr) return false;
   ggml_tensor to = raw_bytes(buf, dst->data, n);
   const CopyKey key{id != nullptr ? id->tensor : nullptr, id != nullptr ? id->offset : 0, src->data, n};
-  if (g_slot_bytes > 0 && id != nullptr && place_in_slot(*q, buf, src, dst, key)) return true;
+  if (slot_bytes_ > 0 && id != nullptr && place_in_slot(*q, buf, src, dst, key)) return true;
   if (id != nullptr) {
     auto it = q->firsts.find(key);
     if (it != q->firsts.end()) {
@@ -263,8 +249,8 @@ bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable
         ggml_backend_tensor_copy_async(q->stream.backend, q->stream.backend, &from, &to);
         q->pending = true;
       }
-      g_repeated.fetch_add(1, std::memory_order_relaxed);
-      g_bytes_not_copied.fetch_add(n, std::memory_order_relaxed);
+      repeated_.fetch_add(1, std::memory_order_relaxed);
+      bytes_not_copied_.fetch_add(n, std::memory_order_relaxed);
       return true;
     }
   }
@@ -273,7 +259,7 @@ bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable
     std::memcpy(staged, src->data, n);
     ggml_backend_tensor_set_async(q->stream.backend, &to, staged, 0, n);
     q->pending = true;
-    g_staged.fetch_add(1, std::memory_order_relaxed);
+    staged_.fetch_add(1, std::memory_order_relaxed);
   } else {
     ggml_backend_tensor_set(&to, src->data, 0, n);  // too big to stage: ggml's copy, which waits
   }
@@ -281,25 +267,20 @@ bool copy_local_input(const ggml_tensor* src, ggml_tensor* dst, const ReuseTable
   return true;
 }
 
-bool defer_worker_result(const ggml_tensor* src, ggml_tensor* dst) {
-  if (!g_on.load(std::memory_order_relaxed)) return false;
+bool LocalInputs::defer_worker_result(const ggml_tensor* src, ggml_tensor* dst) {
   ggml_backend_buffer_t buf = device_destination(src, dst);
   if (buf == nullptr) return false;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_on.load()) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
   Queue* q = queue_for(buf);
   if (q == nullptr) return false;
   q->deferred.push_back(Deferred{src, raw_bytes(buf, dst->data, ggml_nbytes(src))});
   return true;
 }
 
-double deferred_result_s() { return g_deferred_ns.load() / 1e9; }
-
-void local_inputs_new_run() {
-  if (!g_on.load(std::memory_order_relaxed)) return;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  for (auto& entry : g_queues) {
-    Queue& q = entry.second;
+void LocalInputs::new_run() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& entry : queues_) {
+    Queue& q = *entry.second;
     if (q.stream.backend == nullptr) continue;
     // Copies queued but never launched (a failed run) still land before anything else is queued.
     if (q.used > 0 || q.pending) ggml_backend_synchronize(q.stream.backend);

@@ -13,12 +13,13 @@
 namespace tandem::datapath {
 
 // Checks every replaced function two ways: the dynamic linker resolves its name to tandem's
-// definition, and ggml's own code reaches it — eight of the eleven through calls ggml makes on a
+// definition, and ggml's own code reaches it — eight of the thirteen through calls ggml makes on a
 // CPU backend from inside its libraries (tensor_set/get through the asynchronous fallbacks, the
 // copy through ggml_backend_tensor_copy_async, a graph through ggml_backend_graph_compute and
-// ggml's scheduler, a buffer freed by the scheduler). The other three (tensor_memset,
-// buffer_clear, buffer_copy_tensor) ggml calls only from its RPC server, another library whose
-// calls go through the resolution checked, or between two device buffers. The first call runs the
+// ggml's scheduler, a buffer freed by the scheduler). The other five ggml calls only from another
+// library whose calls go through the resolution checked: tensor_memset, buffer_clear and
+// buffer_copy_tensor from its RPC server or between two device buffers, tensor_copy_async from the
+// meta device (the tensor splits), ggml_arange from libllama's graphs. The first call runs the
 // check, before any hook is installed; later calls return its result. Errors name each function
 // that is not reached and why.
 Status check_interposition();

@@ -23,7 +23,7 @@ struct DataPathSwitches {
   bool local_casts = true;          // a worker's f32 cast of a step input made on the head (datapath/local_casts.h)
   bool embedding_on_worker = true;  // the token embedding on the worker of layer 0 (datapath/worker_embedding.h)
   bool pipeline = true;             // libllama's pipeline parallelism where it applies
-  bool overlap = true;              // micro-batches' device work may overlap (datapath/sched_hooks.h)
+  bool overlap = true;              // micro-batches' device work may overlap (datapath/head_session.h)
   bool cpu_weight_repack = true;    // the CPU backend's repacked weight layouts
   bool warm_up = true;              // a throwaway prompt and decode step before the engine is ready
   bool overlapped_reduce = true;    // tensor splits: a reduction's reads queued together (datapath/reduce_copies.h)

@@ -1,6 +1,5 @@
 #include "datapath/worker_embedding.h"
 
-#include <atomic>
 #include <string>
 
 #include "common/units.h"
@@ -9,8 +8,6 @@
 
 namespace tandem::datapath {
 namespace {
-
-std::atomic<uint64_t> g_moved{0};
 
 // Types every ggml backend a worker runs gathers rows of (ggml-cuda's GET_ROWS list; the CPU
 // gathers any). IQ4_NL and MXFP4 are left out: CUDA gathers them only for some row lengths.
@@ -88,11 +85,8 @@ Result<EmbeddingMove> move_embedding_to_worker(ggml_tensor* table, bool has_outp
   // stay where they were, unused.
   ggml_backend_tensor_set(table, host, 0, m.bytes);
   m.buffer = buffer;
-  g_moved.fetch_add(1, std::memory_order_relaxed);
   m.moved = true;
   return m;
 }
-
-uint64_t moved_embeddings() { return g_moved.load(); }
 
 }  // namespace tandem::datapath

@@ -38,7 +38,4 @@ struct EmbeddingMove {
 // stays as loaded and usable).
 Result<EmbeddingMove> move_embedding_to_worker(ggml_tensor* table, bool has_output, ggml_backend_device* device);
 
-// Tables moved since the process started (tests and diagnostics).
-uint64_t moved_embeddings();
-
 }  // namespace tandem::datapath

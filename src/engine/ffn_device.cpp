@@ -1,32 +1,11 @@
 #include "engine/ffn_device.h"
 
-#include <dlfcn.h>
-
-#include <atomic>
 #include <cstring>
 #include <deque>
 #include <mutex>
 
 #include "ggml-backend.h"
 #include "plan/ffn_split.h"
-
-namespace {
-std::atomic<bool> anchor_arange{false};
-}  // namespace
-
-// ggml's meta device derives each operation's split from its sources and aborts on one that has
-// none: ggml_arange, which minimax-m3's sparse attention builds its gather positions with. Under the
-// FFN split libllama's calls reach this definition (the executable's symbol comes first), which
-// gives each arange a one-element source that is never read, a leaf like every input, so the meta
-// device runs it whole on every device.
-extern "C" ggml_tensor* ggml_arange(ggml_context* ctx, float start, float stop, float step) {
-  using ArangeFn = ggml_tensor* (*)(ggml_context*, float, float, float);
-  static const auto real = reinterpret_cast<ArangeFn>(dlsym(RTLD_NEXT, "ggml_arange"));
-  ggml_tensor* t = real(ctx, start, stop, step);
-  if (t != nullptr && anchor_arange.load(std::memory_order_relaxed))
-    t->src[0] = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1);
-  return t;
-}
 
 namespace tandem::engine {
 namespace {
@@ -70,13 +49,8 @@ Result<ggml_backend_device*> ffn_split_device(const plan::ModelInfo& info,
                                     std::to_string(GGML_BACKEND_META_MAX_DEVICES) + " devices, got " +
                                     std::to_string(devices.size()));
   }
-  // libllama must call the definition above, not ggml's own.
-  using ArangeFn = ggml_tensor* (*)(ggml_context*, float, float, float);
-  if (reinterpret_cast<ArangeFn>(dlsym(RTLD_DEFAULT, "ggml_arange")) != &ggml_arange) {
-    return Status::internal(
-        "the FFN tensor split: this executable does not export ggml_arange ahead of ggml's own (a build problem)");
-  }
-  anchor_arange = true;
+  // Its graphs' aranges are anchored by the head's session (datapath::HeadOptions::anchor_arange),
+  // whose replacement of ggml_arange the start-up self-check proves reached.
   auto policy = plan::FfnSplit::make(info, devices.size());
   if (!policy.is_ok()) return policy.status().with_context("the FFN tensor split");
   // ggml keeps every meta device, and its policy pointer, for the life of the process.

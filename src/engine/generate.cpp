@@ -7,10 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cpu_cores.h"
-#include "datapath/local_casts.h"
-#include "datapath/local_inputs.h"
-#include "datapath/reduce_copies.h"
-#include "datapath/rpc_writes.h"
+#include "datapath/head_session.h"
 #include "datapath/worker_embedding.h"
 #include "engine/llama_log.h"
 #include "llama.h"
@@ -61,14 +58,10 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   cp.n_threads = threads;
   cp.n_threads_batch = threads;
   cp.no_perf = true;
-  const Placement& p = o.placement;
-  const auto slots = [&](bool on) { return input_slot_bytes(p, on, model.get(), cp.n_ctx, cp.n_seq_max, cp.n_ubatch); };
-  std::unique_ptr<datapath::AsyncRpcWrites> rpc_writes;
-  if (queued_rpc_writes(p))
-    rpc_writes =
-        std::make_unique<datapath::AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
-  std::unique_ptr<datapath::LocalInputCopies> local_inputs;
-  if (p.queue_local_inputs) local_inputs = std::make_unique<datapath::LocalInputCopies>(slots(p.local_input_slots));
+  auto session = open_head_session(o.placement, model.get(), cp.n_ctx, cp.n_seq_max, cp.n_ubatch);
+  if (!session.is_ok()) return session.status();
+  const std::unique_ptr<datapath::HeadSession> datapath = std::move(session.value());
+  r.embedding_on_worker = model.get_deleter().worker_embedding != nullptr;
   std::unique_ptr<llama_context, ContextDeleter> ctx(llama_init_from_model(model.get(), cp));
   if (!ctx)
     return Status::resource_exhausted(
@@ -98,7 +91,7 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   }
 
   t = Clock::now();
-  datapath::SplitProfile mark = datapath::split_profile();
+  datapath::SplitProfile mark = datapath->stats().profile;
   llama_batch batch = llama_batch_get_one(prompt.data(), static_cast<int32_t>(prompt.size()));
   if (int rc = llama_decode(ctx.get(), batch); rc != 0) {
     return Status::internal(
@@ -114,8 +107,8 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
     if (i == 0) {
       r.prefill_s = since(t);
       first_token = chunk_start = Clock::now();
-      r.prefill_profile = datapath::split_profile() - mark;
-      mark = datapath::split_profile();
+      r.prefill_profile = datapath->stats().profile - mark;
+      mark = datapath->stats().profile;
     }
     if (!o.ignore_eos && llama_vocab_is_eog(vocab, token)) break;
     r.tokens.push_back(token);
@@ -129,10 +122,11 @@ Result<GenerateResult> generate(const GenerateOptions& o) {
   }
   if (!r.tokens.empty()) {
     r.decode_s = since(first_token);
-    r.decode_profile = datapath::split_profile() - mark;
+    r.decode_profile = datapath->stats().profile - mark;
     if (r.tokens.size() > 1 && r.decode_s > 0) r.decode_tps = (r.tokens.size() - 1) / r.decode_s;
   }
   if (r.prefill_s > 0) r.prefill_tps = r.n_prompt_tokens / r.prefill_s;
+  r.datapath = datapath->stats();
   return r;
 }
 
@@ -152,6 +146,7 @@ nlohmann::json profile_json(const datapath::SplitProfile& p) {
 }  // namespace
 
 std::string generate_result_json(const GenerateResult& r) {
+  const datapath::HeadStats& d = r.datapath;
   const nlohmann::json j = {{"text", r.text},
                             {"tokens", r.tokens},
                             {"n_prompt_tokens", r.n_prompt_tokens},
@@ -159,24 +154,24 @@ std::string generate_result_json(const GenerateResult& r) {
                             {"prefill_tps", r.prefill_tps},
                             {"decode_tps", r.decode_tps},
                             {"chunk_tps", r.chunk_tps},
-                            {"input_copies", datapath::AsyncRpcWrites::reused_writes()},
-                            {"overlapped_reduce_copies", datapath::overlapped_copies()},
-                            {"input_copies_identified", datapath::AsyncRpcWrites::identified_writes()},
-                            {"input_bytes_not_sent", datapath::AsyncRpcWrites::bytes_not_sent()},
-                            {"slotted_inputs", datapath::AsyncRpcWrites::slotted_inputs()},
-                            {"slot_bytes_not_sent", datapath::AsyncRpcWrites::slot_bytes_not_sent()},
-                            {"local_inputs_staged", datapath::LocalInputCopies::staged()},
-                            {"local_inputs_repeated", datapath::LocalInputCopies::repeated()},
-                            {"local_input_bytes_not_copied", datapath::LocalInputCopies::bytes_not_copied()},
-                            {"worker_results_repeated", datapath::LocalInputCopies::results_repeated()},
-                            {"worker_result_bytes_not_read", datapath::LocalInputCopies::result_bytes_not_read()},
-                            {"relayed_results", datapath::AsyncRpcWrites::relayed_results()},
-                            {"relayed_bytes_not_read", datapath::AsyncRpcWrites::relayed_bytes_not_read()},
-                            {"worker_embeddings", datapath::moved_embeddings()},
-                            {"local_casts", datapath::local_casts()},
-                            {"local_cast_bytes", datapath::local_cast_bytes()},
-                            {"run_inputs", datapath::AsyncRpcWrites::run_inputs()},
-                            {"run_bytes_not_sent", datapath::AsyncRpcWrites::run_bytes_not_sent()},
+                            {"input_copies", d.rpc.reused_writes},
+                            {"overlapped_reduce_copies", d.overlapped_reduce_copies},
+                            {"input_copies_identified", d.rpc.identified_writes},
+                            {"input_bytes_not_sent", d.rpc.bytes_not_sent},
+                            {"slotted_inputs", d.rpc.slotted_inputs},
+                            {"slot_bytes_not_sent", d.rpc.slot_bytes_not_sent},
+                            {"local_inputs_staged", d.local.staged},
+                            {"local_inputs_repeated", d.local.repeated},
+                            {"local_input_bytes_not_copied", d.local.bytes_not_copied},
+                            {"worker_results_repeated", d.local.results_repeated},
+                            {"worker_result_bytes_not_read", d.local.result_bytes_not_read},
+                            {"relayed_results", d.rpc.relayed_results},
+                            {"relayed_bytes_not_read", d.rpc.relayed_bytes_not_read},
+                            {"worker_embeddings", r.embedding_on_worker ? 1 : 0},
+                            {"local_casts", d.local_casts},
+                            {"local_cast_bytes", d.local_cast_bytes},
+                            {"run_inputs", d.rpc.run_inputs},
+                            {"run_bytes_not_sent", d.rpc.run_bytes_not_sent},
                             {"prefill_profile", profile_json(r.prefill_profile)},
                             {"decode_profile", profile_json(r.decode_profile)}};
   // Generated text may end inside a UTF-8 sequence: replace, never throw.

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "datapath/sched_hooks.h"
+#include "datapath/head_session.h"
 #include "engine/model_loader.h"
 
 namespace tandem::engine {
@@ -34,6 +34,8 @@ struct GenerateResult {
   double prefill_tps = 0, decode_tps = 0;                  // tokens per second; decode excludes the first token
   std::vector<double> chunk_tps;                           // decode speed of each chunk_tokens-token run
   datapath::SplitProfile prefill_profile, decode_profile;  // where the scheduler's time went in each phase
+  datapath::HeadStats datapath;                            // what the data path did, load to last token
+  bool embedding_on_worker = false;  // the token embedding moved to a worker (datapath/worker_embedding.h)
 };
 
 // Loads the model, generates, frees everything. Errors say which step failed (load, context,
@@ -41,8 +43,8 @@ struct GenerateResult {
 Result<GenerateResult> generate(const GenerateOptions& options);
 
 // `result` as `tandem engine --prompt --json` prints it (docs/cli.md): text, tokens, timings, the
-// split profiles, and what the data path did since the process started (inputs reused, slotted,
-// staged, relayed, sent as runs; worker results made on the head; embeddings moved).
+// split profiles, and what the data path did (inputs reused, slotted, staged, relayed, sent as runs;
+// worker results made on the head; the embedding moved).
 std::string generate_result_json(const GenerateResult& result);
 
 }  // namespace tandem::engine

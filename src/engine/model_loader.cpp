@@ -17,10 +17,9 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "datapath/head_session.h"
 #include "datapath/input_reuse.h"
-#include "datapath/local_casts.h"
-#include "datapath/reduce_copies.h"
-#include "datapath/sched_hooks.h"
+#include "datapath/self_check.h"
 #include "datapath/worker_embedding.h"
 #include "engine/cached_upload.h"
 #include "engine/ffn_device.h"
@@ -170,6 +169,25 @@ uint64_t input_slot_bytes(const Placement& p, bool on, const llama_model* model,
   return datapath::input_slot_bytes(static_cast<uint64_t>(llama_model_n_embd(model)), tokens, per_stream);
 }
 
+Result<std::unique_ptr<datapath::HeadSession>> open_head_session(const Placement& p, const llama_model* model,
+                                                                 uint32_t n_ctx, uint32_t n_seq, uint32_t n_ubatch) {
+  datapath::HeadOptions o;
+  o.async_rpc_writes = queued_rpc_writes(p);
+  if (o.async_rpc_writes) {
+    o.reuse_endpoints = reuse_endpoints(p);
+    o.runs_endpoints = runs_endpoints(p);
+    o.worker_slot_bytes = input_slot_bytes(p, p.worker_input_slots, model, n_ctx, n_seq, n_ubatch);
+  }
+  o.queue_local_inputs = p.queue_local_inputs;
+  if (o.queue_local_inputs)
+    o.local_slot_bytes = input_slot_bytes(p, p.local_input_slots, model, n_ctx, n_seq, n_ubatch);
+  o.local_casts = p.local_casts;
+  o.serial_runs = !p.overlap;
+  o.overlapped_reduce = p.tensor_parallel() && p.overlapped_reduce;
+  o.anchor_arange = p.ffn_tensor_split;
+  return datapath::HeadSession::open(o);
+}
+
 Result<std::vector<std::string>> offload_devices(const Placement& placement) {
   llama_backend_init();
   auto devices = collect_devices(placement);
@@ -183,9 +201,7 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   llama_backend_init();
   // Before anything reaches ggml: a split whose data path ggml bypasses would compute on inputs
   // never written, so the engine refuses to load at all.
-  if (Status s = datapath::install_scheduler_hooks(); !s.is_ok()) return s;
-  datapath::set_local_casts(o.placement.local_casts);
-  datapath::set_serial_runs(!o.placement.overlap);
+  if (Status s = datapath::check_interposition(); !s.is_ok()) return s;
   take_last_llama_error();
   auto info = plan::read_model_info(o.model);
   if (!info.is_ok()) return info.status();
@@ -201,11 +217,6 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   llama_model_params mp = llama_model_default_params();
   if (p.meta_tensor_split && p.ffn_tensor_split) {
     return Status::invalid_argument("choose one tensor split: llama.cpp's (meta) or the FFN split");
-  }
-  if (p.tensor_parallel()) {
-    if (Status s = datapath::set_overlapped_reduce_copies(p.overlapped_reduce); !s.is_ok()) {
-      log::warn("engine", "the tensor split's reductions run one copy at a time: " + s.message());
-    }
   }
   if (p.tensor_parallel() && (p.cpu_layers != 0 || devices->size() < 2)) {
     return Status::invalid_argument(

@@ -16,6 +16,10 @@ struct llama_model;
 struct ggml_backend_device;
 struct ggml_backend_buffer;
 
+namespace tandem::datapath {
+class HeadSession;
+}
+
 namespace tandem::engine {
 
 // Where the layers go. Offload devices are the local GPUs (when `use_local_gpus`) followed by the
@@ -118,6 +122,13 @@ Result<std::vector<std::string>> offload_devices(const Placement& placement);
 // them unless `p` gives one; 0 when `on` (one of `p`'s two switches) is false.
 uint64_t input_slot_bytes(const Placement& p, bool on, const llama_model* model, uint32_t n_ctx, uint32_t n_seq,
                           uint32_t n_ubatch);
+
+// Opens the head's data-path session (datapath/head_session.h) for `model` under `p`'s switches,
+// its input slots sized as input_slot_bytes says for the context given. Open it after the load and
+// before the context, and free it after the context. Errors: ggml's calls do not reach tandem's
+// definitions (the engine must not serve), or another session is open in this process.
+Result<std::unique_ptr<datapath::HeadSession>> open_head_session(const Placement& p, const llama_model* model,
+                                                                 uint32_t n_ctx, uint32_t n_seq, uint32_t n_ubatch);
 
 // Loads the model with every layer placed as asked; no warm-up. Errors say which server could not
 // be reached or why libllama refused the model.

@@ -16,9 +16,8 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "datapath/head_session.h"
 #include "datapath/kv_shares.h"
-#include "datapath/local_inputs.h"
-#include "datapath/rpc_writes.h"
 #include "engine/unix_socket.h"
 #include "plan/ffn_split.h"
 #include "plan/model_info.h"
@@ -134,10 +133,9 @@ class Server {
   Clock::time_point load_start_;         // guarded by mutex_
   double last_broadcast_fraction_ = -1;  // guarded by mutex_
   ModelPtr model_;                       // written once by the loader, before scheduler_
-  std::unique_ptr<datapath::AsyncRpcWrites>
-      rpc_writes_;  // with RPC servers; written by the loader, outlives scheduler_
-  std::unique_ptr<datapath::LocalInputCopies> local_inputs_;  // written by the loader, outlives scheduler_
-  std::unique_ptr<datapath::KvShares> kv_shares_;             // written by the loader, outlives scheduler_
+  // Written by the loader; they outlive scheduler_.
+  std::unique_ptr<datapath::HeadSession> datapath_;
+  std::unique_ptr<datapath::KvShares> kv_shares_;
   std::unique_ptr<Scheduler> scheduler_;  // guarded by mutex_; set once, reset only after the readers are joined
   std::vector<std::shared_ptr<Connection>> connections_;  // guarded by mutex_
 };
@@ -194,13 +192,10 @@ void Server::load() {
   model_ = std::move(model.value());
   const Placement& p = config_.load.placement;
   const SchedulerOptions& so = config_.scheduler;
-  const auto slots = [&](bool on) {
-    return input_slot_bytes(p, on, model_.get(), static_cast<uint32_t>(so.context * so.parallel),
-                            static_cast<uint32_t>(so.parallel), static_cast<uint32_t>(so.batch));
-  };
-  if (queued_rpc_writes(p))
-    rpc_writes_ =
-        std::make_unique<datapath::AsyncRpcWrites>(reuse_endpoints(p), slots(p.worker_input_slots), runs_endpoints(p));
+  auto session = open_head_session(p, model_.get(), static_cast<uint32_t>(so.context * so.parallel),
+                                   static_cast<uint32_t>(so.parallel), static_cast<uint32_t>(so.batch));
+  if (!session.is_ok()) return set_failed(session.status().message());
+  datapath_ = std::move(session.value());
   // Under a tensor split every device holds the whole KV cache, and a state restored through the
   // meta device gave other tokens than its fresh prefill: no prompt cache there until it does.
   SchedulerOptions scheduler_options = config_.scheduler;
@@ -210,7 +205,6 @@ void Server::load() {
   }
   if (!p.tandem_workers.empty() && scheduler_options.prompt_cache_bytes > 0)
     kv_shares_ = std::make_unique<datapath::KvShares>(p.tandem_workers);
-  if (p.queue_local_inputs) local_inputs_ = std::make_unique<datapath::LocalInputCopies>(slots(p.local_input_slots));
   auto scheduler = Scheduler::create(model_.get(), scheduler_options);
   if (!scheduler.is_ok()) return set_failed(scheduler.status().message());
   {

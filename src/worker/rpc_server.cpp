@@ -14,8 +14,7 @@
 #include "common/cpu_cores.h"
 #include "common/log.h"
 #include "common/units.h"
-#include "datapath/input_writes.h"
-#include "datapath/kv_share_store.h"
+#include "datapath/rpc_child_session.h"
 #include "worker/cache_loader.h"
 
 #include "ggml-backend.h"
@@ -85,10 +84,15 @@ std::atomic<bool> release_requested{false};
 // The head session that had just ended when the signal came: its reuse slots go, a newer one's stay.
 std::atomic<uint64_t> released_session{0};
 std::atomic<uint64_t> released_share_session{0};  // the same, for the prompt cache's shares
+// The child's data path, open for the life of the RPC server (run_rpc_server); the signal handler
+// reads which head session it serves.
+std::atomic<datapath::RpcChildSession*> child_session{nullptr};
 
 void on_release_signal(int) {
-  released_session = datapath::input_reuse_session();
-  released_share_session = datapath::kv_share_session();
+  if (datapath::RpcChildSession* s = child_session.load()) {
+    released_session = s->input_writes().session();
+    released_share_session = s->kv_shares().session();
+  }
   release_requested = true;
 }
 
@@ -104,8 +108,12 @@ void keep_large_blocks_in_heap() {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       if (!release_requested.exchange(false)) continue;
       release_cache_loader();
-      datapath::release_input_reuse(released_session.load());
-      const datapath::KvShareStoreStats shares = datapath::release_kv_shares(released_share_session.load());
+      datapath::RpcChildSession* session = child_session.load();
+      datapath::KvShareStoreStats shares;
+      if (session != nullptr) {
+        session->input_writes().release(released_session.load());
+        shares = session->kv_shares().release(released_share_session.load());
+      }
       ::malloc_trim(0);
       char line[200];
       if (shares.shares > 0) {
@@ -114,7 +122,8 @@ void keep_large_blocks_in_heap() {
                                     (shares.disk_bytes > 0 ? ", " + format_bytes(shares.disk_bytes) + " on disk" : "") +
                                     ")");
       }
-      if (const datapath::StepWork w = datapath::take_step_work(); w.graphs > 0) {
+      const datapath::StepWork w = session != nullptr ? session->input_writes().take_step_work() : datapath::StepWork{};
+      if (w.graphs > 0) {
         // Against the head's wait for this worker (its one-shot profile), this says what the
         // device's work was and what the hand-over cost.
         std::snprintf(line, sizeof line,
@@ -159,13 +168,19 @@ Status run_rpc_server(const RpcServerOptions& o) {
     lo.cache_dir = o.cache_dir;
     TANDEM_RETURN_IF_ERROR(install_cache_loader(lo));
   }
-  TANDEM_RETURN_IF_ERROR(datapath::install_input_writes(o.async_input_writes));
+  datapath::RpcChildOptions co;
+  co.queue_input_writes = o.async_input_writes;
   // The prompt cache's states the head spills to disk go beside the weight cache (never counted
   // in it: its files are named by hash).
-  TANDEM_RETURN_IF_ERROR(datapath::install_kv_share_store(o.cache_dir.empty() ? "" : o.cache_dir + "/prompt-cache"));
+  co.spill_dir = o.cache_dir.empty() ? "" : o.cache_dir + "/prompt-cache";
+  auto session = datapath::RpcChildSession::open(co);
+  if (!session.is_ok()) return session.status();
+  child_session = session->get();
   if (log::format() == log::Format::json) relay_output_as_records();
   const size_t threads = o.threads > 0 ? static_cast<size_t>(o.threads) : static_cast<size_t>(physical_cores());
   ggml_backend_rpc_start_server(o.endpoint.c_str(), cache, threads, devs->size(), devs->data());
+  // The release thread may still use it: the session lives on with the process.
+  static_cast<void>(session.value().release());
   return Status::unavailable("ggml's RPC server stopped");
 }
 

@@ -3,6 +3,8 @@
 // binary too) every queued write must be on the device before ggml reads it back or computes.
 #include "datapath/input_writes.h"
 
+#include "datapath/rpc_child_session.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -59,6 +61,13 @@ std::vector<float> read(const ggml_tensor* tensor) {
   return v;
 }
 
+// The RPC child's data path, as its RPC server opens it; nullptr, failing the test, when it cannot.
+std::unique_ptr<RpcChildSession> open_child() {
+  auto s = RpcChildSession::open({});
+  EXPECT_TRUE(s.is_ok()) << s.status().message();
+  return s.is_ok() ? std::move(s.value()) : nullptr;
+}
+
 ggml_backend_dev_t first_gpu() {
   for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
     ggml_backend_dev_t d = ggml_backend_dev_get(i);
@@ -68,26 +77,26 @@ ggml_backend_dev_t first_gpu() {
 }
 
 TEST(InputWrites, WritesIntoHostMemoryTakeGgmlsOwnPath) {
-  ASSERT_TRUE(install_input_writes().is_ok());
+  auto child = open_child();
+  ASSERT_NE(child, nullptr);
   ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
   Tensors ts(ggml_backend_dev_buffer_type(cpu));
   ASSERT_NE(ts.buffer, nullptr);
-  const uint64_t before = queued_input_writes();
   for (int i = 0; i < kTensors; ++i) ggml_backend_tensor_set(ts.t[i], values(i).data(), 0, sizeof(float) * kFloats);
-  EXPECT_EQ(queued_input_writes(), before);
+  EXPECT_EQ(child->input_writes().queued(), 0u);
   for (int i = 0; i < kTensors; ++i) EXPECT_EQ(read(ts.t[i]), values(i)) << "tensor " << i;
 }
 
 TEST(InputWrites, QueuedWritesAreOnTheGpuBeforeItIsReadOrComputes) {
   ggml_backend_dev_t gpu = first_gpu();
   if (gpu == nullptr) GTEST_SKIP() << "no GPU here: nothing is queued";
-  ASSERT_TRUE(install_input_writes().is_ok());
+  auto child = open_child();
+  ASSERT_NE(child, nullptr);
   Tensors ts(ggml_backend_dev_buffer_type(gpu));
   ASSERT_NE(ts.buffer, nullptr);
   ggml_backend_t backend = ggml_backend_dev_init(gpu, nullptr);
   ASSERT_NE(backend, nullptr);
 
-  const uint64_t before = queued_input_writes();
   for (int i = 0; i < kTensors; ++i) ggml_backend_tensor_set(ts.t[i], values(i).data(), 0, sizeof(float) * kFloats);
   // Interleaved with writes that fill the page-locked staging more than once.
   std::vector<std::vector<float>> big(kBig, std::vector<float>(kBigFloats));
@@ -95,7 +104,7 @@ TEST(InputWrites, QueuedWritesAreOnTheGpuBeforeItIsReadOrComputes) {
     for (int j = 0; j < kBigFloats; ++j) big[i][j] = static_cast<float>(i * 7 + j % 1000);
     ggml_backend_tensor_set(ts.big[i], big[i].data(), 0, sizeof(float) * kBigFloats);
   }
-  EXPECT_EQ(queued_input_writes() - before, static_cast<uint64_t>(kTensors + kBig));
+  EXPECT_EQ(child->input_writes().queued(), static_cast<uint64_t>(kTensors + kBig));
   for (int i = 0; i < kTensors; ++i) EXPECT_EQ(read(ts.t[i]), values(i)) << "tensor " << i;
   for (int i = 0; i < kBig; ++i) {
     std::vector<float> got(kBigFloats);
@@ -131,7 +140,8 @@ class RepeatedInputs : public ::testing::TestWithParam<bool> {
   void SetUp() override {
     dev_ = GetParam() ? first_gpu() : ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     if (dev_ == nullptr) GTEST_SKIP() << "no GPU here";
-    ASSERT_TRUE(install_input_writes().is_ok());
+    child_ = open_child();
+    ASSERT_NE(child_, nullptr);
     ts_ = std::make_unique<Tensors>(ggml_backend_dev_buffer_type(dev_));
     ASSERT_NE(ts_->buffer, nullptr);
   }
@@ -152,6 +162,7 @@ class RepeatedInputs : public ::testing::TestWithParam<bool> {
   }
   static constexpr uint64_t kBytes = sizeof(float) * kBigFloats;
   ggml_backend_dev_t dev_ = nullptr;
+  std::unique_ptr<RpcChildSession> child_;  // outlives the tensors: their buffer's free is fenced
   std::unique_ptr<Tensors> ts_;
 };
 
@@ -163,10 +174,10 @@ TEST_P(RepeatedInputs, AKeptInputIsCopiedWhereTheHeadSays) {
   // The kept bytes are the slot's own: overwriting the source changes nothing.
   const std::vector<float> other = big_values(2);
   ggml_backend_tensor_set(ts_->big[0], other.data(), 0, kBytes);
-  const uint64_t copies = input_reuse_copies();
+  const uint64_t copies = child_->input_writes().reuse_copies();
   marker(1, ReuseOp::copy, 3, kBytes, session);
   marker(2, ReuseOp::copy, 3, kBytes, session);
-  EXPECT_EQ(input_reuse_copies() - copies, 2u);
+  EXPECT_EQ(child_->input_writes().reuse_copies() - copies, 2u);
   EXPECT_EQ(read_big(1), a);
   EXPECT_EQ(read_big(2), a);
   EXPECT_EQ(read_big(0), other);
@@ -178,11 +189,11 @@ TEST_P(RepeatedInputs, AKeptInputIsCopiedWhereTheHeadSays) {
   for (int j = 0; j < kBigFloats / 2; ++j) ASSERT_EQ(got[kBigFloats / 4 + j], other[kBigFloats / 2 + j]) << j;
 
   // Slots outlive a release for another session, not one for theirs.
-  release_input_reuse(session + 2);
+  child_->input_writes().release(session + 2);
   marker(4, ReuseOp::copy, 3, kBytes, session);
   EXPECT_EQ(read_big(4), a);
-  EXPECT_EQ(input_reuse_session(), session);
-  release_input_reuse(session);
+  EXPECT_EQ(child_->input_writes().session(), session);
+  child_->input_writes().release(session);
   EXPECT_EXIT(marker(5, ReuseOp::copy, 3, kBytes, session), ::testing::ExitedWithCode(kInputReuseFailedExit),
               "slot 3 holds 0 B, the head asked for 1.00 MiB");
 }

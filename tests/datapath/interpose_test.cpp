@@ -66,25 +66,37 @@ TEST(Interposition, ADataPathGgmlDoesNotReachIsRefusedNamingEachFunction) {
   // Left loaded: unloading a module that defined ggml's symbols gains the test nothing.
 }
 
-std::atomic<int> g_runs{0}, g_launches{0}, g_syncs{0}, g_copies{0}, g_fences{0}, g_graphs{0};
+std::atomic<int> g_runs{0}, g_launches{0}, g_syncs{0}, g_copies{0}, g_async_copies{0}, g_fences{0}, g_graphs{0};
 TEST_F(OnTheCpu, SchedulerHooksWrapWhatTheSchedulerAndGgmlDo) {
-  static const SchedulerHooks hooks{[](ggml_backend_sched_t s, ggml_cgraph* g, SchedComputeFn real) {
-                                      ++g_runs;
-                                      return real(s, g);
-                                    },
-                                    [](ggml_backend_t b, ggml_cgraph* g, LaunchFn real) {
-                                      ++g_launches;
-                                      return real(b, g);
-                                    },
-                                    [](ggml_backend_t b, SynchronizeFn real) {
-                                      ++g_syncs;
-                                      real(b);
-                                    },
-                                    [](const ggml_tensor* s, ggml_tensor* d, TensorCopyFn real) {
-                                      ++g_copies;
-                                      real(s, d);
-                                    }};
-  set_scheduler_hooks(&hooks);
+  struct Counting final : SchedulerHooks {
+    enum ggml_status run(ggml_backend_sched_t s, ggml_cgraph* g, SchedComputeFn real) override {
+      ++g_runs;
+      return real(s, g);
+    }
+    enum ggml_status launch(ggml_backend_t b, ggml_cgraph* g, LaunchFn real) override {
+      ++g_launches;
+      return real(b, g);
+    }
+    void synchronize(ggml_backend_t b, SynchronizeFn real) override {
+      ++g_syncs;
+      real(b);
+    }
+    void copy(const ggml_tensor* s, ggml_tensor* d, TensorCopyFn real) override {
+      ++g_copies;
+      real(s, d);
+    }
+    void copy_async(ggml_backend_t from, ggml_backend_t to, const ggml_tensor* s, ggml_tensor* d,
+                    CopyAsyncFn real) override {
+      ++g_async_copies;
+      real(from, to, s, d);
+    }
+    bool tensor_set(ggml_tensor*, const void*, size_t, size_t) override { return false; }
+    void made_arange(ggml_context*, ggml_tensor*) override {}
+  };
+  static Counting hooks;
+  ASSERT_TRUE(set_scheduler_hooks(&hooks));
+  static Counting other;
+  EXPECT_FALSE(set_scheduler_hooks(&other)) << "a second set of hooks while one is installed";
   const float in[4] = {1, 2, 3, 4};
   float out[4] = {};
   ggml_backend_tensor_set(a_, in, 0, sizeof in);
@@ -98,6 +110,7 @@ TEST_F(OnTheCpu, SchedulerHooksWrapWhatTheSchedulerAndGgmlDo) {
   ggml_backend_tensor_get(b_, out, 0, sizeof out);
   EXPECT_EQ(out[3], 4.0f) << "the copy went through the hook to ggml's own";
   EXPECT_EQ(g_copies.load(), 1);
+  EXPECT_EQ(g_async_copies.load(), 1);
   EXPECT_EQ(g_runs.load(), 1);
   EXPECT_GE(g_launches.load(), 1);
   EXPECT_GE(g_syncs.load(), 2);
@@ -109,12 +122,16 @@ TEST_F(OnTheCpu, SchedulerHooksWrapWhatTheSchedulerAndGgmlDo) {
 }
 
 TEST_F(OnTheCpu, TheFenceRunsBeforeEveryCallThatReadsRunsOnOrReleasesDeviceMemory) {
-  static const DeviceFenceHooks fence{[] { ++g_fences; },
-                                      [](ggml_backend_t b, ggml_cgraph* g, LaunchFn real) {
-                                        ++g_graphs;
-                                        return real(b, g);
-                                      }};
-  set_device_fence_hooks(&fence);
+  struct Counting final : DeviceFenceHooks {
+    void fence() override { ++g_fences; }
+    enum ggml_status graph(ggml_backend_t b, ggml_cgraph* g, LaunchFn real) override {
+      ++g_graphs;
+      return real(b, g);
+    }
+    bool tensor_set(ggml_tensor*, const void*, size_t, size_t) override { return false; }
+  };
+  static Counting fence;
+  ASSERT_TRUE(set_device_fence_hooks(&fence));
   const float in[4] = {1, 2, 3, 4};
   float out[4] = {};
   ggml_backend_tensor_set(a_, in, 0, sizeof in);

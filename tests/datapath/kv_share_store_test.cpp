@@ -5,6 +5,8 @@
 // a share that is gone, another session) is counted, never crashes and never writes.
 #include "datapath/kv_share_store.h"
 
+#include "datapath/rpc_child_session.h"
+
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -30,7 +32,8 @@ constexpr size_t kBytes = 4096;
 class KvShareStore : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(install_kv_share_store().is_ok());
+    open_child("");
+    ASSERT_NE(child_, nullptr);
     ggml_init_params p{ggml_tensor_overhead() * 2, nullptr, true};
     ctx_ = ggml_init(p);
     kv_ = ggml_new_tensor_1d(ctx_, GGML_TYPE_I8, kBytes);
@@ -39,10 +42,20 @@ class KvShareStore : public ::testing::Test {
     ggml_backend_tensor_set(kv_, original_.data(), 0, kBytes);
   }
   void TearDown() override {
-    release_kv_shares(kv_share_session());
     ggml_backend_buffer_free(buffer_);
     ggml_free(ctx_);
+    child_.reset();
   }
+  // The RPC child's data path, as its RPC server opens it, spilling into `spill_dir`.
+  void open_child(const std::string& spill_dir) {
+    child_.reset();
+    RpcChildOptions o;
+    o.spill_dir = spill_dir;
+    auto s = RpcChildSession::open(o);
+    EXPECT_TRUE(s.is_ok()) << s.status().message();
+    if (s.is_ok()) child_ = std::move(s.value());
+  }
+  ShareStore& store() { return child_->kv_shares(); }
 
   void send(KvShareOp op, uint64_t key, uint64_t stream = 0, uint64_t offset = 0, uint64_t bytes = 0,
             uint64_t session = 11) {
@@ -57,6 +70,7 @@ class KvShareStore : public ::testing::Test {
     EXPECT_TRUE(a.has_value()) << "a query must make the next 32-byte read an answer";
     return a.value_or(link::KvShareAnswer{});
   }
+  std::unique_ptr<RpcChildSession> child_;
   std::vector<uint8_t> contents() {
     std::vector<uint8_t> v(kBytes);
     ggml_backend_tensor_get(kv_, v.data(), 0, kBytes);
@@ -81,8 +95,8 @@ TEST_F(KvShareStore, SavedRegionsComeBackWhereTheHeadAsksAndMarkersNeverLand) {
   EXPECT_TRUE(a.held);
   EXPECT_EQ(a.bytes, 768u);
   EXPECT_EQ(a.faults, 0u);
-  EXPECT_EQ(kv_share_store_stats().shares, 1u);
-  EXPECT_EQ(kv_share_store_stats().bytes, 768u);
+  EXPECT_EQ(store().stats().shares, 1u);
+  EXPECT_EQ(store().stats().bytes, 768u);
 
   zero();
   send(KvShareOp::restore, 1, 0, 0, 256);       // the first region, to the tensor's start
@@ -97,7 +111,7 @@ TEST_F(KvShareStore, SavedRegionsComeBackWhereTheHeadAsksAndMarkersNeverLand) {
   a = query(1);
   EXPECT_FALSE(a.held);
   EXPECT_EQ(a.bytes, 0u);
-  EXPECT_EQ(kv_share_store_stats().bytes, 0u);
+  EXPECT_EQ(store().stats().bytes, 0u);
 }
 
 TEST_F(KvShareStore, WhatTheHeadGetsWrongIsCountedAndNeitherCrashesNorWrites) {
@@ -120,12 +134,12 @@ TEST_F(KvShareStore, WhatTheHeadGetsWrongIsCountedAndNeitherCrashesNorWrites) {
 TEST_F(KvShareStore, ANewHeadSessionDropsTheLastOnesShares) {
   send(KvShareOp::save, 4, 0, 0, 512, /*session=*/11);
   EXPECT_TRUE(query(4, 11).held);
-  EXPECT_EQ(kv_share_session(), 11u);
+  EXPECT_EQ(store().session(), 11u);
   EXPECT_FALSE(query(4, 12).held) << "another head's query found this head's share";
-  EXPECT_EQ(kv_share_store_stats().shares, 0u);
+  EXPECT_EQ(store().stats().shares, 0u);
   send(KvShareOp::save, 5, 0, 0, 512, 12);
-  EXPECT_EQ(release_kv_shares(11).shares, 0u) << "a session that has ended must not free a newer one's shares";
-  const KvShareStoreStats freed = release_kv_shares(12);
+  EXPECT_EQ(store().release(11).shares, 0u) << "a session that has ended must not free a newer one's shares";
+  const KvShareStoreStats freed = store().release(12);
   EXPECT_EQ(freed.shares, 1u);
   EXPECT_EQ(freed.bytes, 512u);
 }
@@ -143,12 +157,13 @@ TEST_F(KvShareStore, OrdinaryWritesAndReadsOfThoseSizesAreLeftAlone) {
 TEST_F(KvShareStore, ASpilledShareLeavesMemoryAndComesBackOnItsRestore) {
   const std::string dir = std::string(TANDEM_TEST_TMP) + "/KvShareStore.spill." + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
-  ASSERT_TRUE(install_kv_share_store(dir).is_ok());
+  open_child(dir);
+  ASSERT_NE(child_, nullptr);
   send(KvShareOp::save, 6, 0, 0, 1024);
   send(KvShareOp::save, 6, 1024, 2048, 1024);
   send(KvShareOp::spill, 6);
-  EXPECT_EQ(kv_share_store_stats().bytes, 0u);
-  EXPECT_EQ(kv_share_store_stats().disk_bytes, 2048u);
+  EXPECT_EQ(store().stats().bytes, 0u);
+  EXPECT_EQ(store().stats().disk_bytes, 2048u);
   size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.path().extension() == ".kv";
   EXPECT_EQ(files, 1u);
@@ -158,15 +173,16 @@ TEST_F(KvShareStore, ASpilledShareLeavesMemoryAndComesBackOnItsRestore) {
   zero();
   send(KvShareOp::restore, 6, 1024, 0, 1024);
   EXPECT_EQ(std::memcmp(contents().data(), original_.data() + 2048, 1024), 0);
-  EXPECT_EQ(kv_share_store_stats().disk_bytes, 0u) << "read back into memory";
-  EXPECT_EQ(kv_share_store_stats().bytes, 2048u);
+  EXPECT_EQ(store().stats().disk_bytes, 0u) << "read back into memory";
+  EXPECT_EQ(store().stats().bytes, 2048u);
   EXPECT_TRUE(std::filesystem::is_empty(dir));
   send(KvShareOp::spill, 6);
   send(KvShareOp::drop, 6);
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "a dropped share's file stays";
-  EXPECT_EQ(kv_share_store_stats().disk_bytes, 0u);
+  EXPECT_EQ(store().stats().disk_bytes, 0u);
 
-  ASSERT_TRUE(install_kv_share_store("").is_ok());
+  open_child("");
+  ASSERT_NE(child_, nullptr);
   send(KvShareOp::save, 7, 0, 0, 512);
   send(KvShareOp::spill, 7);
   EXPECT_FALSE(query(7).held) << "spilled with nowhere to go, yet still held";

@@ -25,7 +25,6 @@ constexpr int64_t kPositions = 64, kTokens = 8;
 class AMaskAndItsCast : public ::testing::Test {
  protected:
   void SetUp() override {
-    set_local_casts(true);
     ggml_init_params p{ggml_tensor_overhead() * 16, nullptr, true};
     ctx_ = ggml_init(p);
     mask_ = ggml_new_tensor_2d(ctx_, GGML_TYPE_F16, kPositions, kTokens);
@@ -51,16 +50,16 @@ class AMaskAndItsCast : public ::testing::Test {
     ggml_backend_tensor_set(other_, f16.data(), 0, ggml_nbytes(other_));
   }
   void TearDown() override {
-    set_local_casts(true);
     ggml_backend_buffer_free(buffer_);
     ggml_free(ctx_);
   }
 
   // What make_worker_result_here answered for `src` in `epoch`, as floats; empty when it declined.
-  std::vector<float> made_here(const ggml_tensor* src, uint64_t epoch) {
+  std::vector<float> made_here(const ggml_tensor* src, uint64_t epoch) { return made_here(casts_, src, epoch); }
+  std::vector<float> made_here(LocalCasts& casts, const ggml_tensor* src, uint64_t epoch) {
     ggml_tensor out{};
     ReuseTable::Identity id;
-    if (!make_worker_result_here(src, epoch, &out, &id)) return {};
+    if (!casts.make_worker_result_here(src, epoch, &out, &id)) return {};
     EXPECT_EQ(out.buffer, nullptr);
     EXPECT_EQ(out.view_src, nullptr);
     EXPECT_EQ(out.op, GGML_OP_NONE);
@@ -71,6 +70,7 @@ class AMaskAndItsCast : public ::testing::Test {
     return v;
   }
 
+  LocalCasts casts_;
   ggml_context* ctx_ = nullptr;
   ggml_backend_buffer_t buffer_ = nullptr;
   ggml_tensor *mask_ = nullptr, *other_ = nullptr, *f32_input_ = nullptr;
@@ -84,33 +84,33 @@ bool same_bits(const std::vector<float>& a, const float* b, size_t n) {
 }
 
 TEST_F(AMaskAndItsCast, TheCastAndAViewOfItAreMadeFromTheHeadsBytesExactly) {
-  note_worker_input(mask_, copy_, 5);
-  const uint64_t casts = local_casts(), bytes = local_cast_bytes();
+  casts_.note_worker_input(mask_, copy_, 5);
   const std::vector<float> whole = made_here(cast_, 5);
   EXPECT_TRUE(same_bits(whole, values_.data(), values_.size()));
   const std::vector<float> half = made_here(half_, 5);
   EXPECT_TRUE(same_bits(half, values_.data() + values_.size() / 2, values_.size() / 2));
-  EXPECT_EQ(local_casts() - casts, 2u);
-  EXPECT_EQ(local_cast_bytes() - bytes, ggml_nbytes(cast_) + ggml_nbytes(half_));
+  EXPECT_EQ(casts_.casts(), 2u);
+  EXPECT_EQ(casts_.cast_bytes(), ggml_nbytes(cast_) + ggml_nbytes(half_));
 }
 
 TEST_F(AMaskAndItsCast, ANewRunForgetsTheLastRunsInputs) {
-  note_worker_input(mask_, copy_, 5);
+  casts_.note_worker_input(mask_, copy_, 5);
   EXPECT_FALSE(made_here(cast_, 5).empty());
   EXPECT_TRUE(made_here(cast_, 6).empty()) << "an input of run 5 answered in run 6";
-  note_worker_input(other_, other_copy_, 6);
+  casts_.note_worker_input(other_, other_copy_, 6);
   EXPECT_TRUE(made_here(cast_, 6).empty()) << "run 6 still knew run 5's input";
   EXPECT_TRUE(same_bits(made_here(other_cast_, 6), values_.data(), values_.size()));
 }
 
 TEST_F(AMaskAndItsCast, AnythingElseIsLeftToTheLink) {
-  note_worker_input(mask_, copy_, 9);
-  note_worker_input(f32_input_, f32_copy_, 9);  // not f16: never noted
+  casts_.note_worker_input(mask_, copy_, 9);
+  casts_.note_worker_input(f32_input_, f32_copy_, 9);  // not f16: never noted
   EXPECT_TRUE(made_here(other_cast_, 9).empty()) << "a cast of a tensor that is no step input";
   EXPECT_TRUE(made_here(not_a_cast_, 9).empty()) << "an op that is no cast";
   EXPECT_TRUE(made_here(cast_, 0).empty()) << "outside a scheduler run";
-  set_local_casts(false);
-  EXPECT_TRUE(made_here(cast_, 9).empty()) << "made here while turned off";
+  LocalCasts off(/*on=*/false);
+  off.note_worker_input(mask_, copy_, 9);
+  EXPECT_TRUE(made_here(off, cast_, 9).empty()) << "made here while turned off";
 }
 
 }  // namespace

@@ -19,17 +19,16 @@ namespace {
 using namespace test_support;
 
 TEST(LocalInputs, OnTheCpuNothingIsQueuedAndLaunchesAreSeen) {
-  LocalInputCopies on;
+  auto on = open_session(local_inputs());
+  ASSERT_NE(on, nullptr);
   ViewsOfAnInput g(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU), 256);
-  const uint64_t staged = LocalInputCopies::staged(), repeated = LocalInputCopies::repeated();
-  const SplitProfile before = split_profile();
   for (int seed = 0; seed < 3; ++seed) ASSERT_TRUE(g.run(seed));
-  const SplitProfile seen = split_profile() - before;
-  EXPECT_EQ(seen.runs, 3u) << "the scheduler interposer was not reached";
-  EXPECT_GE(seen.launches, 3u) << "the launch interposer was not reached";
-  EXPECT_GT(seen.launch_s, 0.0);
-  EXPECT_EQ(LocalInputCopies::staged(), staged);
-  EXPECT_EQ(LocalInputCopies::repeated(), repeated);
+  const HeadStats seen = on->stats();
+  EXPECT_EQ(seen.profile.runs, 3u) << "the scheduler interposer was not reached";
+  EXPECT_GE(seen.profile.launches, 3u) << "the launch interposer was not reached";
+  EXPECT_GT(seen.profile.launch_s, 0.0);
+  EXPECT_EQ(seen.local.staged, 0u);
+  EXPECT_EQ(seen.local.repeated, 0u);
 }
 
 // Elements: small (a decode step's masks), and larger than what is staged (a long prompt's); and
@@ -42,26 +41,26 @@ TEST_P(LocalInputsOnAGpu, EveryCopyIsOnTheDeviceBeforeTheSplitReadsIt) {
   const auto [n, slots] = GetParam();
   ViewsOfAnInput g(gpu, n);
   {
-    LocalInputCopies on(slots ? kInputSlotBytes : 0);
-    const uint64_t repeated = LocalInputCopies::repeated(), spared = LocalInputCopies::bytes_not_copied();
-    const uint64_t staged = LocalInputCopies::staged();
+    auto on = open_session(local_inputs(slots ? kInputSlotBytes : 0));
+    ASSERT_NE(on, nullptr);
     constexpr int kRuns = 20;
     for (int seed = 0; seed < kRuns; ++seed) ASSERT_TRUE(g.run(seed));
     EXPECT_GE(g.splits(), 1);
     // Per run: the first full view and the first half view are copied from host memory (staged
     // when small enough), the others from them on the device (or, with slots, point at them).
-    EXPECT_EQ(LocalInputCopies::repeated() - repeated,
-              static_cast<uint64_t>(kRuns * (kFullViews - 1 + kHalfViews - 1)));
-    EXPECT_EQ(LocalInputCopies::bytes_not_copied() - spared,
+    const LocalInputStats seen = on->stats().local;
+    EXPECT_EQ(seen.repeated, static_cast<uint64_t>(kRuns * (kFullViews - 1 + kHalfViews - 1)));
+    EXPECT_EQ(seen.bytes_not_copied,
               static_cast<uint64_t>(kRuns) * sizeof(float) * ((kFullViews - 1) * n + (kHalfViews - 1) * (n / 2)));
-    EXPECT_GT(LocalInputCopies::staged() - staged, 0u);
+    EXPECT_GT(seen.staged, 0u);
   }
   // Off: ggml's own copies, the same results, nothing counted (a graph of its own: slots, and what
-  // points at them, go with the LocalInputCopies that made them).
+  // points at them, go with the session that made them).
+  auto off_session = open_session();
+  ASSERT_NE(off_session, nullptr);
   ViewsOfAnInput off(gpu, n);
-  const uint64_t repeated = LocalInputCopies::repeated();
   for (int seed = 100; seed < 103; ++seed) ASSERT_TRUE(off.run(seed));
-  EXPECT_EQ(LocalInputCopies::repeated(), repeated);
+  EXPECT_EQ(off_session->stats().local.repeated, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, LocalInputsOnAGpu,
@@ -74,13 +73,13 @@ TEST(LocalInputs, AWorkersResultIsReadWhenTheSplitThatNeedsItLaunches) {
   ggml_backend_dev_t worker = rpc_worker(server);
   ASSERT_NE(worker, nullptr) << "ggml's RPC server did not start on " << server.endpoint();
   ViewsOfAnInput g(gpu, 4096, worker);
-  LocalInputCopies on;
-  const uint64_t deferred = LocalInputCopies::deferred(), repeated = LocalInputCopies::repeated();
+  auto on = open_session(local_inputs());
+  ASSERT_NE(on, nullptr);
   constexpr int kRuns = 20;
   for (int seed = 0; seed < kRuns; ++seed) ASSERT_TRUE(g.run(seed));
   EXPECT_GE(g.splits(), 2);
-  EXPECT_EQ(LocalInputCopies::deferred() - deferred, static_cast<uint64_t>(kRuns));
-  EXPECT_GT(LocalInputCopies::repeated() - repeated, 0u);
+  EXPECT_EQ(on->stats().local.deferred, static_cast<uint64_t>(kRuns));
+  EXPECT_GT(on->stats().local.repeated, 0u);
 }
 
 // Each view of a worker's result is a copy of its own for ggml's scheduler; the same bytes are
@@ -92,16 +91,15 @@ TEST(LocalInputs, AWorkersResultReadThroughSeveralViewsCrossesOnce) {
   ggml_backend_dev_t worker = rpc_worker(server);
   ASSERT_NE(worker, nullptr) << "ggml's RPC server did not start on " << server.endpoint();
   ViewsOfAnInput g(gpu, 4096, worker, /*views_of_result=*/true);
-  LocalInputCopies on;
-  const uint64_t deferred = LocalInputCopies::deferred(), repeated = LocalInputCopies::results_repeated();
-  const uint64_t not_read = LocalInputCopies::result_bytes_not_read();
+  auto on = open_session(local_inputs());
+  ASSERT_NE(on, nullptr);
   constexpr int kRuns = 20;
   for (int seed = 0; seed < kRuns; ++seed) ASSERT_TRUE(g.run(seed));
-  EXPECT_EQ(LocalInputCopies::deferred() - deferred, static_cast<uint64_t>(kRuns * (kFullViews + kHalfViews)));
+  const LocalInputStats seen = on->stats().local;
+  EXPECT_EQ(seen.deferred, static_cast<uint64_t>(kRuns * (kFullViews + kHalfViews)));
   // Per run: the full view read once and the half once; the other views copied on the device.
-  EXPECT_EQ(LocalInputCopies::results_repeated() - repeated,
-            static_cast<uint64_t>(kRuns * (kFullViews + kHalfViews - 2)));
-  EXPECT_EQ(LocalInputCopies::result_bytes_not_read() - not_read,
+  EXPECT_EQ(seen.results_repeated, static_cast<uint64_t>(kRuns * (kFullViews + kHalfViews - 2)));
+  EXPECT_EQ(seen.result_bytes_not_read,
             static_cast<uint64_t>(kRuns) * sizeof(float) * ((kFullViews - 1) * 4096 + (kHalfViews - 1) * 2048));
 }
 

@@ -5,6 +5,8 @@
 // to a tandem worker), a worker's result goes on to the next worker read once, a mask goes as runs.
 #include "datapath/rpc_writes.h"
 
+#include "datapath/head_session.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,30 +34,30 @@ TEST(RpcWrites, EveryViewOfAStepInputOnAServerReadsOneCopyInItsSlots) {
   CpuRpcServer server;
   ggml_backend_dev_t worker = rpc_worker(server);
   ASSERT_NE(worker, nullptr) << "ggml's RPC server did not start on " << server.endpoint();
-  AsyncRpcWrites writes({}, /*slot_bytes=*/1 << 20);
+  auto session = open_session(rpc_writes({}, /*slot_bytes=*/1 << 20));
+  ASSERT_NE(session, nullptr);
   ViewsOfAnInput g(worker, kElements);
-  const uint64_t slotted = AsyncRpcWrites::slotted_inputs(), not_sent = AsyncRpcWrites::slot_bytes_not_sent();
-  const uint64_t reused = AsyncRpcWrites::reused_writes();
   for (int seed = 0; seed < kRuns; ++seed) ASSERT_TRUE(g.run(seed));
-  EXPECT_EQ(AsyncRpcWrites::slotted_inputs() - slotted, static_cast<uint64_t>(kRuns * (kFullViews + kHalfViews)));
-  EXPECT_EQ(AsyncRpcWrites::slot_bytes_not_sent() - not_sent, kRuns * repeated_bytes(kElements));
-  EXPECT_EQ(AsyncRpcWrites::reused_writes(), reused) << "a stock RPC server got a marker";
+  const RpcWriteStats seen = session->stats().rpc;
+  EXPECT_EQ(seen.slotted_inputs, static_cast<uint64_t>(kRuns * (kFullViews + kHalfViews)));
+  EXPECT_EQ(seen.slot_bytes_not_sent, kRuns * repeated_bytes(kElements));
+  EXPECT_EQ(seen.reused_writes, 0u) << "a stock RPC server got a marker";
 }
 
 TEST(RpcWrites, ATandemWorkerGetsARepeatedInputOnceAndCopiesItForTheOtherViews) {
   CpuRpcServer server(/*tandem_child=*/true);
   ggml_backend_dev_t worker = rpc_worker(server);
   ASSERT_NE(worker, nullptr) << "tandem's RPC child did not start on " << server.endpoint();
-  AsyncRpcWrites writes({server.endpoint()});
+  auto session = open_session(rpc_writes({server.endpoint()}));
+  ASSERT_NE(session, nullptr);
   ViewsOfAnInput g(worker, kElements);
-  const uint64_t reused = AsyncRpcWrites::reused_writes(), identified = AsyncRpcWrites::identified_writes();
-  const uint64_t not_sent = AsyncRpcWrites::bytes_not_sent();
   for (int seed = 0; seed < kRuns; ++seed) ASSERT_TRUE(g.run(seed));
   const uint64_t copies = static_cast<uint64_t>(kRuns * (kFullViews - 1 + kHalfViews - 1));
-  EXPECT_EQ(AsyncRpcWrites::reused_writes() - reused, copies);
+  const RpcWriteStats seen = session->stats().rpc;
+  EXPECT_EQ(seen.reused_writes, copies);
   // The scheduler copies one host tensor in one run: known equal without comparing the bytes.
-  EXPECT_EQ(AsyncRpcWrites::identified_writes() - identified, copies);
-  EXPECT_EQ(AsyncRpcWrites::bytes_not_sent() - not_sent, kRuns * repeated_bytes(kElements));
+  EXPECT_EQ(seen.identified_writes, copies);
+  EXPECT_EQ(seen.bytes_not_sent, kRuns * repeated_bytes(kElements));
 }
 
 TEST(RpcWrites, AResultOneServerMadeGoesOnToTheNextReadOnceARun) {
@@ -63,15 +65,15 @@ TEST(RpcWrites, AResultOneServerMadeGoesOnToTheNextReadOnceARun) {
   ggml_backend_dev_t a = rpc_worker(first), b = rpc_worker(second);
   ASSERT_NE(a, nullptr) << "ggml's RPC server did not start on " << first.endpoint();
   ASSERT_NE(b, nullptr) << "ggml's RPC server did not start on " << second.endpoint();
-  AsyncRpcWrites writes;
+  auto session = open_session(rpc_writes());
+  ASSERT_NE(session, nullptr);
   // u + x on the first server; every view of it read by additions on the second.
   ViewsOfAnInput g(b, kElements, a, /*views_of_result=*/true);
-  const uint64_t relayed = AsyncRpcWrites::relayed_results(), not_read = AsyncRpcWrites::relayed_bytes_not_read();
   for (int seed = 0; seed < kRuns; ++seed) ASSERT_TRUE(g.run(seed));
   // Per run each view is a copy of its own; the first of each extent is read, the others are not.
-  EXPECT_EQ(AsyncRpcWrites::relayed_results() - relayed,
-            static_cast<uint64_t>(kRuns * (kFullViews - 1 + kHalfViews - 1)));
-  EXPECT_EQ(AsyncRpcWrites::relayed_bytes_not_read() - not_read, kRuns * repeated_bytes(kElements));
+  const RpcWriteStats seen = session->stats().rpc;
+  EXPECT_EQ(seen.relayed_results, static_cast<uint64_t>(kRuns * (kFullViews - 1 + kHalfViews - 1)));
+  EXPECT_EQ(seen.relayed_bytes_not_read, kRuns * repeated_bytes(kElements));
 }
 
 // One tensor of `n` floats in a buffer of its own on `dev`, with `usage`.
@@ -114,20 +116,20 @@ TEST(RpcWrites, AMaskReachesATandemWorkerAsRunsBitForBitAndNoiseGoesAsItIs) {
   CpuRpcServer server(/*tandem_child=*/true);
   ggml_backend_dev_t worker = rpc_worker(server);
   ASSERT_NE(worker, nullptr) << "tandem's RPC child did not start on " << server.endpoint();
-  AsyncRpcWrites writes({}, 0, {server.endpoint()});
+  auto session = open_session(rpc_writes({}, 0, {server.endpoint()}));
+  ASSERT_NE(session, nullptr);
   const std::vector<float> mask = causal_mask();
   OnDevice input(worker, static_cast<int64_t>(mask.size()), GGML_BACKEND_BUFFER_USAGE_COMPUTE);
-  const uint64_t runs = AsyncRpcWrites::run_inputs(), not_sent = AsyncRpcWrites::run_bytes_not_sent();
   ggml_backend_tensor_set(input.t, mask.data(), 0, sizeof(float) * mask.size());
   EXPECT_TRUE(same_bits(input.read(), mask));
-  EXPECT_EQ(AsyncRpcWrites::run_inputs() - runs, 1u);
-  EXPECT_GT(AsyncRpcWrites::run_bytes_not_sent() - not_sent, sizeof(float) * mask.size() * 7 / 8);
+  EXPECT_EQ(session->stats().rpc.run_inputs, 1u);
+  EXPECT_GT(session->stats().rpc.run_bytes_not_sent, sizeof(float) * mask.size() * 7 / 8);
 
   std::vector<float> noise(mask.size());
   for (size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<float>((i * 2654435761u) % 1000003) * 0.5f;
   ggml_backend_tensor_set(input.t, noise.data(), 0, sizeof(float) * noise.size());
   EXPECT_TRUE(same_bits(input.read(), noise));
-  EXPECT_EQ(AsyncRpcWrites::run_inputs() - runs, 1u) << "bytes that are no runs went as runs";
+  EXPECT_EQ(session->stats().rpc.run_inputs, 1u) << "bytes that are no runs went as runs";
 }
 
 TEST(RpcWrites, WeightsKeepGgmlsPathAndNothingIsQueuedOnceTheWritesAreGone) {
@@ -140,20 +142,22 @@ TEST(RpcWrites, WeightsKeepGgmlsPathAndNothingIsQueuedOnceTheWritesAreGone) {
   OnDevice weight(worker, 1024, GGML_BACKEND_BUFFER_USAGE_WEIGHTS),
       input(worker, 1024, GGML_BACKEND_BUFFER_USAGE_COMPUTE);
   {
-    AsyncRpcWrites writes;
-    const unsigned long long before = AsyncRpcWrites::writes();
+    auto session = open_session(rpc_writes());
+    ASSERT_NE(session, nullptr);
     ggml_backend_tensor_set(weight.t, v.data(), 0, sizeof(float) * v.size());
-    EXPECT_EQ(AsyncRpcWrites::writes(), before) << "a weight took the queued path";
+    EXPECT_EQ(session->stats().rpc.writes, 0u) << "a weight took the queued path";
     for (int k = 1; k <= 3; ++k) {
       for (float& x : v) x += 1.0f;
       ggml_backend_tensor_set(input.t, v.data(), 0, sizeof(float) * v.size());
     }
-    EXPECT_EQ(AsyncRpcWrites::writes() - before, 3u);
+    EXPECT_EQ(session->stats().rpc.writes, 3u);
     EXPECT_TRUE(same_bits(input.read(), v)) << "the last queued write is not what the server holds";
   }
-  const unsigned long long after = AsyncRpcWrites::writes();
+  // The session's hooks went with it: ggml's own path writes, and another session may open.
+  for (float& x : v) x += 1.0f;
   ggml_backend_tensor_set(input.t, v.data(), 0, sizeof(float) * v.size());
-  EXPECT_EQ(AsyncRpcWrites::writes(), after);
+  EXPECT_TRUE(same_bits(input.read(), v));
+  EXPECT_NE(open_session(), nullptr);
   EXPECT_TRUE(same_bits(weight.read(), w));
 }
 

@@ -18,11 +18,14 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "datapath/sched_hooks.h"
+#include "datapath/head_session.h"
+#include "datapath/self_check.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-rpc.h"
@@ -31,6 +34,33 @@
 namespace tandem::datapath::test_support {
 
 inline constexpr int kFullViews = 6, kHalfViews = 2;
+
+// A head session with `o` (datapath/head_session.h), as an engine opens one per model; nullptr,
+// failing the test, when it cannot open.
+inline std::unique_ptr<HeadSession> open_session(const HeadOptions& o = {}) {
+  auto s = HeadSession::open(o);
+  EXPECT_TRUE(s.is_ok()) << s.status().message();
+  return s.is_ok() ? std::move(s.value()) : nullptr;
+}
+
+// The options of a session that queues its writes to RPC servers (RpcWrites' arguments).
+inline HeadOptions rpc_writes(std::set<std::string> reuse = {}, uint64_t slot_bytes = 0,
+                              std::set<std::string> runs = {}) {
+  HeadOptions o;
+  o.async_rpc_writes = true;
+  o.reuse_endpoints = std::move(reuse);
+  o.worker_slot_bytes = slot_bytes;
+  o.runs_endpoints = std::move(runs);
+  return o;
+}
+
+// The options of a session that queues the copies into the head's GPUs (LocalInputs' argument).
+inline HeadOptions local_inputs(uint64_t slot_bytes = 0) {
+  HeadOptions o;
+  o.queue_local_inputs = true;
+  o.local_slot_bytes = slot_bytes;
+  return o;
+}
 
 inline ggml_backend_dev_t first_gpu() {
   for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
@@ -83,8 +113,8 @@ class ViewsOfAnInput {
     if (ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
       backends_.push_back(ggml_backend_dev_init(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU), nullptr));
     }
-    // As every engine load does: the proof that ggml reaches the interposers, then the hooks.
-    const Status hooks = install_scheduler_hooks();
+    // As every engine load does: the proof that ggml reaches the interposers.
+    const Status hooks = check_interposition();
     EXPECT_TRUE(hooks.is_ok()) << hooks.message();
     sched_ = ggml_backend_sched_new(backends_.data(), nullptr, static_cast<int>(backends_.size()),
                                     GGML_DEFAULT_GRAPH_SIZE, false, true);

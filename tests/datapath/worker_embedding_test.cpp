@@ -69,7 +69,6 @@ TEST(WorkerEmbedding, TheTableMovesToAWeightBufferOnTheWorkerWhichGathersItsRows
   ggml_backend_dev_t worker = rpc_worker(server);
   ASSERT_NE(worker, nullptr) << "ggml's RPC server did not start on " << server.endpoint();
   HostTable host(GGML_TYPE_F32);
-  const uint64_t moved_before = moved_embeddings();
   auto moved = move_embedding_to_worker(host.table, /*has_output=*/true, worker);
   ASSERT_TRUE(moved.is_ok()) << moved.status().message();
   ASSERT_TRUE(moved->moved) << moved->why_not;
@@ -78,7 +77,6 @@ TEST(WorkerEmbedding, TheTableMovesToAWeightBufferOnTheWorkerWhichGathersItsRows
   EXPECT_EQ(host.table->buffer, moved->buffer);
   EXPECT_FALSE(ggml_backend_buffer_is_host(moved->buffer));
   EXPECT_EQ(ggml_backend_buffer_get_usage(moved->buffer), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-  EXPECT_EQ(moved_embeddings() - moved_before, 1u);
   std::vector<uint8_t> there(host.bytes.size());
   ggml_backend_tensor_get(host.table, there.data(), 0, there.size());
   EXPECT_EQ(there, host.bytes);
@@ -104,7 +102,6 @@ TEST(WorkerEmbedding, ATableThatMayNotMoveStaysWhereItIsSayingWhy) {
   CpuRpcServer server;
   ggml_backend_dev_t worker = rpc_worker(server);
   ASSERT_NE(worker, nullptr) << "ggml's RPC server did not start on " << server.endpoint();
-  const uint64_t moved_before = moved_embeddings();
   struct Case {
     ggml_type type;
     bool has_output;
@@ -126,7 +123,6 @@ TEST(WorkerEmbedding, ATableThatMayNotMoveStaysWhereItIsSayingWhy) {
   ASSERT_TRUE(none.is_ok());
   EXPECT_FALSE(none->moved);
   EXPECT_NE(none->why_not.find("no single token_embd.weight"), std::string::npos) << none->why_not;
-  EXPECT_EQ(moved_embeddings(), moved_before);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // The correctness oracle of a split: greedy tokens through remote ggml RPC servers equal the tokens
 // of the same model in one process.
 #include "engine/generate.h"
-#include "datapath/rpc_writes.h"
 
 #include <gtest/gtest.h>
 
@@ -65,12 +64,11 @@ TEST(Generate, SplitAcrossRpcServersGivesTheTokensOfOneProcess) {
   split.placement.cpu_layers = 1;
   split.placement.device_layers = {2, 1};
   split.placement.cpu_weight_repack = false;  // layer 0 stays here: the same kernels as the reference
-  const unsigned long long queued_before = datapath::AsyncRpcWrites::writes();
   auto through = generate(split);
   ASSERT_TRUE(through.is_ok()) << through.status().to_string();
   EXPECT_EQ(through->tokens, alone->tokens);
   // Each step's inputs went to both servers through the asynchronous path...
-  const unsigned long long queued = datapath::AsyncRpcWrites::writes() - queued_before;
+  const uint64_t queued = through->datapath.rpc.writes;
   EXPECT_GE(queued, 2u * static_cast<unsigned>(split.n_predict)) << "writes queued: " << queued;
 
   // ... and ggml's own one-at-a-time writes give the same tokens.
@@ -78,7 +76,7 @@ TEST(Generate, SplitAcrossRpcServersGivesTheTokensOfOneProcess) {
   auto waited = generate(split);
   ASSERT_TRUE(waited.is_ok()) << waited.status().to_string();
   EXPECT_EQ(waited->tokens, alone->tokens);
-  EXPECT_EQ(datapath::AsyncRpcWrites::writes() - queued_before, queued);
+  EXPECT_EQ(waited->datapath.rpc.writes, 0u);
 }
 
 TEST(Generate, ASplitThatDoesNotCoverTheModelIsRefused) {

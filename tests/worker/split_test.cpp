@@ -17,9 +17,6 @@
 #include <thread>
 
 #include "common/build_info.h"
-#include "datapath/local_casts.h"
-#include "datapath/rpc_writes.h"
-#include "datapath/worker_embedding.h"
 #include "engine/generate.h"
 #include "link/forwarder.h"
 #include "plan/model_info.h"
@@ -132,9 +129,6 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
     split.placement.reuse_inputs = reuse;
     split.placement.worker_input_slots = false;  // the path of inputs beyond the slots
     split.placement.input_runs = false;          // the masks' bytes otherwise
-    const uint64_t copies = datapath::AsyncRpcWrites::reused_writes(),
-                   spared = datapath::AsyncRpcWrites::bytes_not_sent();
-    const uint64_t identified = datapath::AsyncRpcWrites::identified_writes();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (reuse ? "with" : "without") << " input reuse";
@@ -144,10 +138,10 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
     EXPECT_EQ(through->decode_profile.runs, static_cast<uint64_t>(longer.n_predict - 1));
     EXPECT_GT(through->prefill_profile.to_workers_s, 0.0);
     if (reuse) {
-      EXPECT_GE(datapath::AsyncRpcWrites::reused_writes() - copies, 4u);  // mask and bias, 2 more layers, first chunk
-      EXPECT_GE(datapath::AsyncRpcWrites::bytes_not_sent() - spared, 2u << 20);
+      EXPECT_GE(through->datapath.rpc.reused_writes, 4u);  // mask and bias, 2 more layers, first chunk
+      EXPECT_GE(through->datapath.rpc.bytes_not_sent, 2u << 20);
       // The scheduler's copies of one host tensor within a run are recognised without comparing.
-      EXPECT_GE(datapath::AsyncRpcWrites::identified_writes() - identified, 4u);
+      EXPECT_GE(through->datapath.rpc.identified_writes, 4u);
       EXPECT_TRUE(w.wait_log("repeated inputs copied here")) << w.log();
       // The child says what the session's steps cost it: a graph per scheduler run at least. It
       // reports what it ran since its last report whenever a session ends, and an earlier short
@@ -165,7 +159,7 @@ TEST_F(Split, RepeatedInputsCrossTheLinkOnceAndTheTokensStayTheSame) {
       }
       EXPECT_GE(graphs, want) << log;
     } else {
-      EXPECT_EQ(datapath::AsyncRpcWrites::reused_writes(), copies);
+      EXPECT_EQ(through->datapath.rpc.reused_writes, 0u);
     }
   }
   EXPECT_LT(sent[1] + (2u << 20), sent[0]) << "with reuse " << sent[1] << " bytes, without " << sent[0];
@@ -189,18 +183,16 @@ TEST_F(Split, WorkerInputSlotsGiveTheTokensOfOneProcessWithFewerBytes) {
     split.placement.reuse_inputs = false;  // the bytes of every copy otherwise
     split.placement.input_runs = false;
     split.placement.worker_input_slots = slots;
-    const uint64_t slotted = datapath::AsyncRpcWrites::slotted_inputs(),
-                   spared = datapath::AsyncRpcWrites::slot_bytes_not_sent();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (slots ? "with" : "without") << " input slots";
     sent[slots] = f->stats().bytes_to_worker;
     if (slots) {
       // Every run's inputs of the worker's 3 layers: 2 prompt chunks and 11 decode steps.
-      EXPECT_GE(datapath::AsyncRpcWrites::slotted_inputs() - slotted, 13u * 3u);
-      EXPECT_GE(datapath::AsyncRpcWrites::slot_bytes_not_sent() - spared, 2u << 20);
+      EXPECT_GE(through->datapath.rpc.slotted_inputs, 13u * 3u);
+      EXPECT_GE(through->datapath.rpc.slot_bytes_not_sent, 2u << 20);
     } else {
-      EXPECT_EQ(datapath::AsyncRpcWrites::slotted_inputs(), slotted);
+      EXPECT_EQ(through->datapath.rpc.slotted_inputs, 0u);
     }
   }
   EXPECT_LT(sent[1] + (2u << 20), sent[0]) << "with slots " << sent[1] << " bytes, without " << sent[0];
@@ -221,13 +213,11 @@ TEST_F(Split, InputsBeyondTheWorkerInputSlotsTakeTheOtherPaths) {
   GenerateOptions split = through_worker(longer, *f);
   split.placement.tandem_workers = {local(*f)};
   split.placement.input_slot_bytes = 1u << 20;
-  const uint64_t slotted = datapath::AsyncRpcWrites::slotted_inputs(),
-                 copies = datapath::AsyncRpcWrites::reused_writes();
   auto through = generate(split);
   ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
   EXPECT_EQ(through->tokens, alone->tokens);
-  EXPECT_GE(datapath::AsyncRpcWrites::slotted_inputs() - slotted, 9u * 3u);  // 2 chunks and 7 decode steps, 3 layers
-  EXPECT_GE(datapath::AsyncRpcWrites::reused_writes() - copies, 4u);         // masks beyond the slots, 2 more layers
+  EXPECT_GE(through->datapath.rpc.slotted_inputs, 9u * 3u);  // 2 chunks and 7 decode steps, 3 layers
+  EXPECT_GE(through->datapath.rpc.reused_writes, 4u);        // masks beyond the slots, 2 more layers
 }
 
 // A prompt chunk's masks are mostly runs of one value: to a tandem worker they go as runs
@@ -247,17 +237,15 @@ TEST_F(Split, MasksGoToATandemWorkerAsRunsAndTheTokensStayTheSame) {
     GenerateOptions split = through_worker(longer, *f);
     split.placement.tandem_workers = {local(*f)};
     split.placement.input_runs = runs;
-    const uint64_t inputs = datapath::AsyncRpcWrites::run_inputs(),
-                   spared = datapath::AsyncRpcWrites::run_bytes_not_sent();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (runs ? "with" : "without") << " runs";
     sent[runs] = f->stats().bytes_to_worker;
     if (runs) {
-      EXPECT_GE(datapath::AsyncRpcWrites::run_inputs() - inputs, 2u);  // a mask of each prompt chunk at least
-      EXPECT_GE(datapath::AsyncRpcWrites::run_bytes_not_sent() - spared, 1u << 20);
+      EXPECT_GE(through->datapath.rpc.run_inputs, 2u);  // a mask of each prompt chunk at least
+      EXPECT_GE(through->datapath.rpc.run_bytes_not_sent, 1u << 20);
     } else {
-      EXPECT_EQ(datapath::AsyncRpcWrites::run_inputs(), inputs);
+      EXPECT_EQ(through->datapath.rpc.run_inputs, 0u);
     }
   }
   EXPECT_LT(sent[1] + (1u << 20), sent[0]) << "with runs " << sent[1] << " bytes, without " << sent[0];
@@ -317,22 +305,19 @@ TEST_F(Split, AMaskOneWorkerMadeCrossesOncePerStepOrIsMadeOnTheHead) {
   for (bool casts : {false, true}) {
     GenerateOptions run = *split;
     run.placement.local_casts = casts;  // --no-local-casts when false
-    const uint64_t before = two.f1->stats().bytes_from_worker, made = datapath::local_casts();
-    const uint64_t relayed = datapath::AsyncRpcWrites::relayed_results(),
-                   not_read = datapath::AsyncRpcWrites::relayed_bytes_not_read();
+    const uint64_t before = two.f1->stats().bytes_from_worker;
     auto through = generate(run);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << two.w1.log() << two.w2.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (casts ? "made on the head" : "read from the worker");
     from_first[casts] = two.f1->stats().bytes_from_worker - before;
     if (casts) {
-      EXPECT_GE(datapath::local_casts() - made, 2u);  // at least one per prompt chunk
-      EXPECT_EQ(datapath::AsyncRpcWrites::relayed_results() - relayed, 0u);
+      EXPECT_GE(through->datapath.local_casts, 2u);  // at least one per prompt chunk
+      EXPECT_EQ(through->datapath.rpc.relayed_results, 0u);
     } else {
-      EXPECT_EQ(datapath::local_casts() - made, 0u);
+      EXPECT_EQ(through->datapath.local_casts, 0u);
       // Per prompt chunk the second worker's two layers each copy the mask: one read, one repeat.
-      EXPECT_GE(datapath::AsyncRpcWrites::relayed_results() - relayed, 2u);
-      EXPECT_GE(datapath::AsyncRpcWrites::relayed_bytes_not_read() - not_read,
-                1u << 20);  // the first chunk's 512 × 512 × 4
+      EXPECT_GE(through->datapath.rpc.relayed_results, 2u);
+      EXPECT_GE(through->datapath.rpc.relayed_bytes_not_read, 1u << 20);  // the first chunk's 512 × 512 × 4
     }
   }
   EXPECT_LE(from_first[1] + (1u << 20), from_first[0]) << from_first[1] << " against " << from_first[0];
@@ -366,11 +351,10 @@ TEST_F(Split, TheWorkerRunningLayerZeroGathersTheEmbeddingRowsItself) {
     split.placement.cpu_layers = 0;
     split.placement.device_layers = {4};
     split.placement.embedding_on_worker = on;
-    const uint64_t moved = datapath::moved_embeddings();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w.log();
     EXPECT_EQ(through->tokens, alone->tokens) << (on ? "rows gathered on the worker" : "rows sent by the head");
-    EXPECT_EQ(datapath::moved_embeddings() - moved, on ? 1u : 0u);
+    EXPECT_EQ(through->embedding_on_worker, on);
     sent[on] = f->stats().bytes_to_worker;
   }
   // The table crossed once; every token's row (4 x n_embd bytes) did not, its id (4 bytes) did.
@@ -425,11 +409,10 @@ TEST_P(SplitArchitectures, EveryMechanismOnGivesTheTokensOfOneProcess) {
     split.placement.rpc_servers = {local(*f1), local(*f2)};
     split.placement.tandem_workers = {local(*f1), local(*f2)};
     split.placement.device_layers = {layers / 2, layers - layers / 2};
-    const uint64_t moved = datapath::moved_embeddings();
     auto through = generate(split);
     ASSERT_TRUE(through.is_ok()) << through.status().to_string() << "\n" << w1.log() << w2.log();
     EXPECT_EQ(through->tokens, alone->tokens) << GetParam() << ": two workers";
-    EXPECT_EQ(datapath::moved_embeddings() - moved, 1u) << "the first worker did not gather the embedding's rows";
+    EXPECT_TRUE(through->embedding_on_worker) << "the first worker did not gather the embedding's rows";
   }
 }
 

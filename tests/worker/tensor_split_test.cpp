@@ -3,8 +3,6 @@
 // on a model whose sums leave no near-ties, and a placement that cannot run that way is refused.
 #include <gtest/gtest.h>
 
-#include "datapath/reduce_copies.h"
-#include "datapath/rpc_writes.h"
 #include "engine/generate.h"
 #include "plan/ffn_split.h"
 #include "plan/model_info.h"
@@ -56,11 +54,10 @@ TEST(TensorSplit, TwoWorkersRunEveryLayerAtOnceAndGiveTheLayerSplitsTokens) {
 
   GenerateOptions t = o;
   t.placement.meta_tensor_split = true;
-  const unsigned long long queued = datapath::AsyncRpcWrites::writes();
   auto tensor = generate(t);
   ASSERT_TRUE(tensor.is_ok()) << tensor.status().to_string() << w1.log() << w2.log();
   EXPECT_EQ(tensor->tokens, layer->tokens);
-  EXPECT_EQ(datapath::AsyncRpcWrites::writes(), queued) << "queued writes would send stale partial sums";
+  EXPECT_EQ(tensor->datapath.rpc.writes, 0u) << "queued writes would send stale partial sums";
 
   // Every weight split by the devices' shares (as far as its blocks and heads allow): at 1:1 the
   // workers get about the same bytes, at 1:3 the second clearly more (a layer split of 1 and 3
@@ -106,12 +103,11 @@ TEST(FfnTensorSplit, TwoWorkersGiveOneProcesssTokensOnEachArchitecture) {
     t.placement.rpc_servers = {"127.0.0.1:" + std::to_string(f1->port()), "127.0.0.1:" + std::to_string(f2->port())};
     t.placement.ffn_tensor_split = true;
     const uint64_t a0 = f1->stats().bytes_to_worker, b0 = f2->stats().bytes_to_worker;
-    const unsigned long long copies = datapath::overlapped_copies();
     auto split = generate(t);
     ASSERT_TRUE(split.is_ok()) << split.status().to_string() << w1.log() << w2.log();
     EXPECT_EQ(split->tokens, alone->tokens);
     // Every layer's reduction went through the overlapped copies: two per layer per token at least.
-    EXPECT_GE(datapath::overlapped_copies() - copies, 2ull * 15);
+    EXPECT_GE(split->datapath.overlapped_reduce_copies, 2ull * 15);
     // Each worker received its part: the whole part and half of the FFNs and output head, so
     // less than the model, and about what the other did.
     auto info = plan::read_model_info(model);
@@ -127,11 +123,10 @@ TEST(FfnTensorSplit, TwoWorkersGiveOneProcesssTokensOnEachArchitecture) {
     // ggml's own copies, one at a time, give the same tokens.
     GenerateOptions serial = t;
     serial.placement.overlapped_reduce = false;
-    const unsigned long long before = datapath::overlapped_copies();
     auto one_at_a_time = generate(serial);
     ASSERT_TRUE(one_at_a_time.is_ok()) << one_at_a_time.status().to_string();
     EXPECT_EQ(one_at_a_time->tokens, alone->tokens);
-    EXPECT_EQ(datapath::overlapped_copies(), before);
+    EXPECT_EQ(one_at_a_time->datapath.overlapped_reduce_copies, 0u);
   }
 
   GenerateOptions one_device;
