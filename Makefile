@@ -63,7 +63,9 @@ tsan: deps
 
 # Reliability suites (docs/reliability.md); each prints its figures and fails on a broken promise.
 # faults: every fault case 10 times (root: network namespaces); fuzz: 1M executions per target
-# under ASan + UBSan (installs clang if missing); load: 64 clients for 5 minutes on loopback.
+# under ASan + UBSan (installs clang if missing; RUNS=N for fewer: .ci/run's smoke builds every
+# target and runs each 10,000 times); load: 64 clients for 5 minutes on loopback, the engine's
+# memory judged less its prompt cache's own figure (docs/reliability.md, "Load").
 faults: test-deps build
 	cd $(BUILD) && TANDEM_FAULT_REPORT=$(CURDIR)/$(BUILD)/faults.md tests/faults/faults_test \
 	  --gtest_also_run_disabled_tests --gtest_filter=Faults.DISABLED_Suite

@@ -19,7 +19,9 @@ context=2048
 n_predict=24
 . "$root/bench/device-engine.sh"
 prompt=$(sentences 120)  # ~1300 tokens: three prompt chunks
-[ -z "${BUILD:-}" ] && { echo "== GPU tests"; gpu_tests; }
+status=0
+echo "== GPU tests (datapath_test's; on a CPU build they skip)"
+gpu_tests || status=1
 "$build/tandem" secret new -o "$out/cluster.key" >/dev/null
 "$build/tandem" worker --listen 127.0.0.1:50070 --secret-file "$out/cluster.key" --name w >"$out/worker.log" 2>&1 & pids+=($!)
 sleep 2
@@ -42,4 +44,5 @@ done
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
 pids=()
 echo "== the prompt cache through tandem serve split: a restored state against its slot's own prefix"
-"$root/bench/prompt-cache-check.sh" "$out"
+"$root/bench/prompt-cache-check.sh" "$out" || status=1
+exit "$status"

@@ -3,7 +3,7 @@
 # 256 unless set; greedy), printed as one line with a digest of its tokens, so that runs that must
 # agree token for token can be compared by eye; and `gpu_tests`, the GPU tests of the RPC child's
 # queued writes and of the head's queued local copies (tests/datapath/input_writes_test.cpp,
-# tests/datapath/local_inputs_test.cpp) built by hand, as the device build has no test tree. Needs
+# tests/datapath/local_inputs_test.cpp: their cases in the CMake target datapath_test). Needs
 # $root, $build, $model and $out. `seeded_worker` starts a worker for the scripts that split,
 # `split_30_30` splits through it, `sentences N` makes a prompt.
 # A prompt of $1 sentences of 12 tokens each.
@@ -11,24 +11,20 @@ sentences() { python3 -c "print(' '.join(['the quick brown fox jumps over the la
 prompt=${prompt:-$(sentences 45)}
 n_predict=${n_predict:-256}
 context=${context:-4096}
+# The GPU cases of datapath_test: each skips where no GPU is seen, so on the CPU they only build.
+gpu_test_filter=${gpu_test_filter:-'InputWrites.*:*RepeatedInputs.*:LocalInputs.*:*LocalInputsOnAGpu.*'}
 gpu_tests() {
-  local bin sysroot=/tmp/tandem-dev/sysroot name
-  bin=$(dirname "$(sed -n 's/^#define TANDEM_LLAMA_SERVER_EXE "\(.*\)"/\1/p' "$build/generated/common/build_info.h")")
-  local -A sources=(
-    [input_writes_test]="tests/datapath/input_writes_test.cpp src/datapath/input_writes.cpp src/common/log.cpp src/common/units.cpp"
-    [local_inputs_test]="tests/datapath/local_inputs_test.cpp src/datapath/local_inputs.cpp src/datapath/sched_hooks.cpp src/datapath/local_casts.cpp src/datapath/ggml_devices.cpp src/datapath/rpc_writes.cpp"
-  )
-  for name in input_writes_test local_inputs_test; do
-    # shellcheck disable=SC2086 # word splitting of the source lists is intended
-    if (cd "$root" && g++ -std=c++17 -O1 -rdynamic -DTANDEM_BINARY="\"$build/tandem\"" -Isrc -Itests -I/tmp/tandem-dev/llama/ggml/include -I"$sysroot/usr/include" \
-         ${sources[$name]} src/datapath/interpose.cpp src/datapath/self_check.cpp src/datapath/device_stream.cpp src/datapath/input_reuse.cpp src/common/status.cpp src/common/step_trace.cpp src/link/markers.cpp \
-         -L"$bin" -lggml-rpc -lggml -lggml-base -L"$sysroot/usr/lib/x86_64-linux-gnu" -lgtest_main -lgtest -lpthread -ldl \
-         -Wl,-rpath,"$bin" -o "$out/$name") 2>"$out/$name.build.log"; then
-      "$out/$name" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|element" | head -20
-    else
-      echo "building $name failed:"; tail -5 "$out/$name.build.log"
-    fi
-  done
+  # The CMake target datapath_test (tests/datapath/), which `make test` builds and runs on every
+  # CPU, where these cases skip; scripts/device-build.sh builds it beside tandem.
+  local bin=$build/tests/datapath/datapath_test
+  if [ ! -x "$bin" ]; then
+    echo "no $bin: build it first (bench/device-compare.sh build)"
+    return 1
+  fi
+  (cd "$(dirname "$bin")" && "$bin" --gtest_filter="$gpu_test_filter") >"$out/gpu_tests.log" 2>&1
+  local status=$?
+  grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|element" "$out/gpu_tests.log" | head -30
+  return $status
 }
 # A `tandem worker` with a cache seeded from $model (`tandem worker seed` with any extra flags, e.g.
 # --layers 0-29), reached through `tandem link forward` on 127.0.0.1:50071; its cache listing in

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the lent GPU machine (no network): unpacks carry/ (see scripts/device-pack.sh) into /tmp and
-# builds tandem and llama.cpp with CUDA for sm_90 into build-cuda/. Extra arguments are targets;
-# TANDEM_BUILD_TESTS=ON adds the test programs (googletest comes with the sysroot).
+# builds tandem and llama.cpp with CUDA for sm_90 into build-cuda/. Extra arguments are targets
+# (default: tandem), the test targets among them: the tests are configured as in `make test`
+# (googletest from the sysroot), so the GPU tests are the same CMake target CI builds, e.g.
+# `scripts/device-build.sh tandem tandem-engine datapath_test` (bench/device-compare.sh build).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dev=/tmp/tandem-dev
@@ -21,7 +23,7 @@ export LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH=$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export TANDEM_CACHE=/tmp/tandem-cache TANDEM_LLAMA_SOURCE=$dev/llama
 cmake -S "$root" -B "$root/build-cuda" -G Ninja -DTANDEM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DTANDEM_BUILD_TESTS=${TANDEM_BUILD_TESTS:-OFF} -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$sysroot/usr" \
+  -DTANDEM_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$sysroot/usr" \
   -DHTTPLIB_INCLUDE_DIR="$sysroot/usr/include" -DHTTPLIB_LIBRARY="$sysroot/usr/lib/x86_64-linux-gnu/libcpp-httplib.so" \
   -DSQLite3_INCLUDE_DIR="$sysroot/usr/include" -DSQLite3_LIBRARY="$sysroot/usr/lib/x86_64-linux-gnu/libsqlite3.so"
 cmake --build "$root/build-cuda" -j "$(nproc)" --target "${@:-tandem}"

@@ -17,8 +17,20 @@ mkdir -p "$tmp/llama"
 tar -C "$src" --exclude=.git --exclude=./docs --exclude=./models --exclude=./examples --exclude=./benches \
     --exclude=./tests --exclude=./gguf-py --exclude=./media --exclude=./conversion -cf - . | tar -C "$tmp/llama" -xf -
 mkdir -p "$tmp/llama/models/templates" "$tmp/llama/tests" "$tmp/llama/examples"
-cp "$src"/models/ggml-vocab-llama-spm.gguf "$src"/models/ggml-vocab-deepseek-coder.gguf "$src"/models/ggml-vocab-qwen2.gguf "$tmp/llama/models/"
-cp "$src"/models/templates/MiniMax-M3.jinja "$src"/models/templates/Qwen-Qwen3-0.6B.jinja "$tmp/llama/models/templates/"
+# Every vocabulary and chat template a `tandem synth` preset names (src/synth/presets.cpp), and the
+# spec's default vocabulary (src/synth/model_spec.h), read from the sources rather than listed here.
+mapfile -t named < <(grep -ohP '"\K[^"/]+\.(jinja|gguf)(?=")' "$here/../src/synth/presets.cpp" "$here/../src/synth/model_spec.h" | sort -u)
+templates=() vocabs=()
+for f in "${named[@]}"; do
+  case $f in
+    *.jinja) templates+=("$src/models/templates/$f") ;;
+    *) vocabs+=("$src/models/$f") ;;
+  esac
+done
+[ ${#templates[@]} -gt 0 ] && [ ${#vocabs[@]} -gt 0 ] || { echo "device-pack: no template or vocabulary found in src/synth" >&2; exit 1; }
+cp "${vocabs[@]}" "$tmp/llama/models/"
+cp "${templates[@]}" "$tmp/llama/models/templates/"
+echo "device-pack: $(printf '%s ' "${named[@]}")" >&2
 touch "$tmp/llama/tests/CMakeLists.txt" "$tmp/llama/examples/CMakeLists.txt"
 echo "$commit" > "$tmp/llama/.tandem-commit"
 tar -C "$tmp" -cJf "$out/llama.tar.xz" llama

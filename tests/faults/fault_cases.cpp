@@ -156,6 +156,18 @@ bool wait_loading(FaultCluster& cluster, int timeout_ms) {
   return false;
 }
 
+// Waits until the gateway has admitted at least `n` requests (/health's requests_in_flight: counted
+// when a request is let in, before the engine sees it).
+bool wait_in_flight(FaultCluster& cluster, int n, int timeout_ms) {
+  const auto end = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (Clock::now() < end) {
+    json h = cluster.health();
+    if (h.is_object() && h.value("requests_in_flight", 0) >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 // Waits until /health no longer says ready.
 bool wait_not_ready(FaultCluster& cluster, int timeout_ms) {
   const auto end = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 100));
@@ -254,7 +266,9 @@ RunResult run_fault(FaultCluster& cluster, const FaultCase& c, const Baseline& b
       streaming.push_back(true);
     }
     if (prefill) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      // Both prompts are with the engine (the gateway forwards at once what it admits); whether a
+      // token came out before the fault is noted below.
+      if (!wait_in_flight(cluster, 2, 20000)) return fail("the two streams were never admitted");
     } else {
       const auto end = Clock::now() + std::chrono::seconds(20);
       while (Clock::now() < end && !(requests[0]->has_token() && requests[1]->has_token())) {
@@ -265,7 +279,8 @@ RunResult run_fault(FaultCluster& cluster, const FaultCase& c, const Baseline& b
     plain["stream"] = false;
     requests.push_back(std::make_unique<Request>(cluster.port(), cluster.key(), plain));
     streaming.push_back(false);
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    // The plain request is admitted and waits behind the two streams.
+    if (!wait_in_flight(cluster, 3, 20000)) return fail("the queued request was never admitted");
   }
   const bool token_before = c.phase == Phase::prefill && (requests[0]->has_token() || requests[1]->has_token());
   const auto fault = Clock::now();

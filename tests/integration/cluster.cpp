@@ -102,6 +102,66 @@ bool LocalCluster::wait_ready(int timeout_ms) {
   return false;
 }
 
+bool LocalCluster::wait_in_flight(int n, int timeout_ms) {
+  httplib::Client c("127.0.0.1", port_);
+  c.set_connection_timeout(1, 0);
+  c.set_read_timeout(2, 0);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < end) {
+    auto r = c.Get("/health", {{"Authorization", "Bearer " + key_}});  // the details need a key
+    const auto j = r ? nlohmann::json::parse(r->body, nullptr, false) : nlohmann::json();
+    if (j.is_object() && j.value("requests_in_flight", 0) >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+AsyncPost::AsyncPost(int port, const std::string& key, const std::string& path, const std::string& body) {
+  future_ = std::async(std::launch::async, [this, port, key, path, body] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.headers = {{"Authorization", "Bearer " + key}};
+    req.body = body;
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [this](const char* data, size_t n, uint64_t, uint64_t) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      body_.append(data, n);
+      if (body_.find("\"text\":\"") != std::string::npos || body_.find("\"content\":\"") != std::string::npos)
+        text_ = true;
+      return true;
+    };
+    httplib::Response res;
+    httplib::Error err;
+    c.send(req, res, err);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ended_ = Clock::now();
+    done_ = true;
+  });
+}
+
+AsyncPost::~AsyncPost() { future_.wait(); }
+
+bool AsyncPost::wait_first_text(int timeout_ms) {
+  const auto end = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!text_ && !done_ && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return text_;
+}
+
+std::string AsyncPost::body() {
+  future_.wait();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return body_;
+}
+
+AsyncPost::Clock::time_point AsyncPost::ended() {
+  future_.wait();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ended_;
+}
+
 std::string LocalCluster::log() const {
   std::ifstream in(dir_.file("serve.log"));
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -2,7 +2,11 @@
 // `tandem serve` with an API key, torn down with the fixture.
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -27,6 +31,10 @@ class LocalCluster {
   // Polls state() until it is `want`; the last state seen (== want unless `timeout_ms` passed).
   std::string wait_state(const std::string& want, int timeout_ms = 5000);
 
+  // Polls /health (with the key) until the gateway has admitted at least `n` requests (its
+  // requests_in_flight, counted when a request is let in); false when it did not in `timeout_ms`.
+  bool wait_in_flight(int n, int timeout_ms = 10000);
+
   void kill_worker(int i, int signal);
   void restart_worker(int i);
   ChildProcess& gateway() { return *gateway_; }
@@ -47,6 +55,28 @@ class LocalCluster {
   std::vector<int> worker_ports_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   std::unique_ptr<ChildProcess> gateway_;
+};
+
+// A POST with its own client on a thread of its own, read as it arrives, so that a test can wait
+// for its first generated text instead of for a while ("the stream is under way").
+class AsyncPost {
+ public:
+  using Clock = std::chrono::steady_clock;
+  AsyncPost(int port, const std::string& key, const std::string& path, const std::string& body);
+  ~AsyncPost();  // waits for the end (bounded by the client's 60 s read timeout)
+  // True once a chunk with a "text" or "content" field has arrived; false after `timeout_ms`, or
+  // when the request ended without one.
+  bool wait_first_text(int timeout_ms);
+  // Waits for the end: the whole body ("" when the connection failed).
+  std::string body();
+  Clock::time_point ended();  // when the answer ended (after body())
+
+ private:
+  std::mutex mutex_;
+  std::string body_;
+  std::atomic<bool> text_{false}, done_{false};
+  Clock::time_point ended_{};
+  std::future<void> future_;
 };
 
 }  // namespace tandem::testing

@@ -87,19 +87,14 @@ TEST(FfnTensorServe, AnswersAsTheLayerSplitAndSurvivesAWorkerLostMidStream) {
   EXPECT_EQ(running, 2);
 
   // A worker lost mid-stream.
-  Clock::time_point ended;
-  auto stream = std::async(std::launch::async, [&] {
-    auto res = c.Post("/v1/completions", auth(cluster), completion(450, true).dump(), "application/json");
-    ended = Clock::now();
-    return res ? res->body : std::string();
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  AsyncPost stream(cluster.port(), cluster.key(), "/v1/completions", completion(450, true).dump());
+  ASSERT_TRUE(stream.wait_first_text(30000)) << "the stream never got under way: " << stream.body();
   const auto killed = Clock::now();
   cluster.kill_worker(0, SIGKILL);
-  const std::string out = stream.get();
+  const std::string out = stream.body();
   EXPECT_EQ(out.find("data: [DONE]"), std::string::npos) << "the stream must not look complete: " << out;
   EXPECT_NE(out.find("w0"), std::string::npos) << "the error names the lost worker: " << out;
-  EXPECT_LT(std::chrono::duration<double>(ended - killed).count(), 5.0);
+  EXPECT_LT(std::chrono::duration<double>(stream.ended() - killed).count(), 5.0);
   EXPECT_TRUE(cluster.gateway().running());
   EXPECT_EQ(cluster.wait_state("degraded"), "degraded");
   cluster.restart_worker(0);

@@ -122,23 +122,15 @@ TEST(Serve, AWorkerKilledMidStreamEndsTheStreamWithAnErrorAndTheClusterRecovers)
   httplib::Client c("127.0.0.1", cluster.port());
   c.set_read_timeout(60, 0);
   json body = {{"model", "tiny"}, {"prompt", "Go"}, {"max_tokens", 450}, {"stream", true}, {"ignore_eos", true}};
-  std::atomic<bool> first_bytes{false};
-  Clock::time_point ended;
-  auto stream = std::async(std::launch::async, [&] {
-    std::string got;
-    httplib::Request req;
-    auto r = c.Post("/v1/completions", auth(cluster), body.dump(), "application/json");
-    ended = Clock::now();
-    return r ? r->body : std::string();
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the stream is under way
+  AsyncPost stream(cluster.port(), cluster.key(), "/v1/completions", body.dump());
+  ASSERT_TRUE(stream.wait_first_text(30000)) << "the stream never got under way: " << stream.body();
   const auto killed = Clock::now();
   cluster.kill_worker(1, SIGKILL);
-  const std::string out = stream.get();
+  const std::string out = stream.body();
   Stream s = parse_sse(out);
   EXPECT_FALSE(s.done) << "the stream must not look complete";
   EXPECT_NE(s.error.find("w1"), std::string::npos) << "the error names the lost worker: " << s.error;
-  EXPECT_LT(std::chrono::duration<double>(ended - killed).count(), 5.0);
+  EXPECT_LT(std::chrono::duration<double>(stream.ended() - killed).count(), 5.0);
   EXPECT_TRUE(cluster.gateway().running());
   EXPECT_EQ(cluster.wait_state("degraded"), "degraded");
   // The engine went with the worker: its live figures must not stay frozen at their last values.
@@ -167,7 +159,7 @@ TEST(Serve, SigtermDrainsInFlightRequestsThenExitsCleanly) {
   json body = {{"model", "tiny"}, {"prompt", "Go"}, {"max_tokens", 200}, {"ignore_eos", true}};
   auto inflight = std::async(std::launch::async,
                              [&] { return c.Post("/v1/completions", auth(cluster), body.dump(), "application/json"); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(cluster.wait_in_flight(1)) << "the request was never admitted";
   cluster.gateway().signal(SIGTERM);
   auto r = inflight.get();
   ASSERT_TRUE(r);

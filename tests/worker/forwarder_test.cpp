@@ -50,7 +50,6 @@ TEST(Forwarder, SplicesRawGgmlRpcToTheWorkersServer) {
   EXPECT_EQ(s.bytes_to_worker, 33u);
   EXPECT_EQ(s.bytes_from_worker, 36u);
   EXPECT_EQ(s.worker_name, "box-b");
-  EXPECT_GE(s.heartbeat.samples, 0u);
 }
 
 TEST(Forwarder, SplicesToANonIsolatedRpcServerToo) {
