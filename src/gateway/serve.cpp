@@ -83,7 +83,7 @@ class StartupTracker {
   HealthReport report() const {
     std::lock_guard<std::mutex> lock(mutex_);
     HealthReport h;
-    h.state = "starting";
+    h.state = ServeState::starting;
     h.accepting = false;
     std::string last_error;
     for (const auto& w : workers_) {
@@ -304,7 +304,7 @@ Status run_serve(const ServeOptions& o, const std::atomic<bool>& stop) {
       sd_notifyf(0, "STATUS=%s", st.c_str());
       last_state = st;
     }
-    if (!notified_ready && st == "ready") {
+    if (!notified_ready && st == serve_state_name(ServeState::ready)) {
       sd_notify(0, "READY=1");
       notified_ready = true;
     }
