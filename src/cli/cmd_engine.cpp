@@ -9,10 +9,9 @@
 #include <cstring>
 
 #include "cli/commands.h"
-#include "common/strings.h"
-#include "common/units.h"
 #include "datapath/switches.h"
 #include "engine/generate.h"
+#include "engine/launch.h"
 #include "engine/llama_log.h"
 #include "engine/server.h"
 
@@ -24,55 +23,43 @@ std::atomic<bool> stop_requested{false};
 void on_signal(int) { stop_requested = true; }
 
 struct EngineFlags {
+  engine::EngineLaunch launch;  // the flags `tandem serve` writes (engine/launch.h)
+  std::string launch_error;     // the first invalid one: reported once parsing is done
   engine::GenerateOptions one_shot;
   engine::EngineConfig serve;
-  std::string rpc, split;
-  std::vector<std::string> worker_caches, tandem_workers;
   std::string rpc_in_process;
-  std::string prompt_cache = "0";
-  std::string prompt_cache_dir_size = "64GiB";
-  bool json = false, no_cuda_graphs = false, output_last = false, workers_first = false, no_mmap = false;
-  std::string split_mode = "layer";
+  bool json = false, output_last = false;
   std::vector<std::string> switches_off;  // flags of datapath::kDataPathSwitches given
   int verbose = 0;
 };
 
 engine::Placement placement(const EngineFlags& f) {
+  const engine::EngineLaunch& l = f.launch;
   engine::Placement p = f.one_shot.placement;
-  p.rpc_servers = split_commas(f.rpc);
+  p.cpu_layers = l.cpu_layers;
+  p.rpc_servers = l.rpc;
   auto switches = datapath::apply_switch_flags(f.switches_off);
   if (!switches.is_ok()) fail(switches.status().message(), 2);
   static_cast<datapath::DataPathSwitches&>(p) = switches.value();
   p.output_on_head = !f.output_last;
-  p.workers_first = f.workers_first;
-  p.mmap = !f.no_mmap;
-  p.meta_tensor_split = f.split_mode == "tensor";
-  p.ffn_tensor_split = f.split_mode == "ffn-tensor";
-  for (const std::string& w : f.worker_caches) {
-    const size_t eq = w.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == w.size())
-      fail("--worker-cache: expected HOST:PORT=FILE, got '" + w + "'", 2);
-    p.cache_listings[w.substr(0, eq)] = w.substr(eq + 1);
-    p.tandem_workers.insert(w.substr(0, eq));  // only a tandem worker has a cache
+  p.workers_first = l.workers_first;
+  p.mmap = l.mmap;
+  p.meta_tensor_split = l.split_mode == "tensor";
+  p.ffn_tensor_split = l.split_mode == "ffn-tensor";
+  for (const engine::WorkerCacheListing& w : l.worker_caches) {
+    p.cache_listings[w.endpoint] = w.file;
+    p.tandem_workers.insert(w.endpoint);  // only a tandem worker has a cache
   }
-  for (const std::string& w : f.tandem_workers) {
-    if (std::find(p.rpc_servers.begin(), p.rpc_servers.end(), w) == p.rpc_servers.end()) {
-      fail("--tandem-worker: '" + w + "' is not one of the --rpc endpoints (" + f.rpc + ")", 2);
-    }
-    p.tandem_workers.insert(w);
-  }
-  for (const std::string& n : split_commas(f.split)) {
-    try {
-      p.device_layers.push_back(std::stoi(n));
-    } catch (const std::exception&) {
-      fail("--layer-split: '" + n + "' is not a layer count", 2);
-    }
-  }
+  p.tandem_workers.insert(l.tandem_workers.begin(), l.tandem_workers.end());
+  p.device_layers = l.device_layers;
   return p;
 }
 
 void run_one_shot(EngineFlags& f) {
   engine::GenerateOptions& o = f.one_shot;
+  o.model = f.launch.model;
+  o.n_ctx = f.launch.context;
+  o.threads = f.launch.threads;
   o.placement = placement(f);
   FILE* out = stdout;
   if (!f.rpc_in_process.empty()) {
@@ -97,11 +84,18 @@ void run_one_shot(EngineFlags& f) {
 }
 
 void run_server(EngineFlags& f) {
+  const engine::EngineLaunch& l = f.launch;
   engine::EngineConfig& c = f.serve;
-  c.load.model = f.one_shot.model;
+  c.socket_path = l.socket_path;
+  c.load.model = l.model;
   c.load.placement = placement(f);
-  c.scheduler.threads = f.one_shot.threads;
-  c.cuda_graphs = !f.no_cuda_graphs;
+  c.scheduler.threads = l.threads;
+  c.scheduler.context = l.context;
+  c.scheduler.parallel = l.parallel;
+  c.scheduler.prompt_cache_bytes = l.prompt_cache_bytes;
+  c.scheduler.prompt_cache_dir = l.prompt_cache_dir;
+  c.scheduler.prompt_cache_dir_bytes = l.prompt_cache_dir_bytes;
+  c.cuda_graphs = l.cuda_graphs;
   c.scheduler.warm_up = c.load.placement.warm_up;
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
@@ -110,14 +104,61 @@ void run_server(EngineFlags& f) {
   if (!st.is_ok()) fail(st.message());
 }
 
+// What the CLI adds to a flag of the launch table: the checks a user's value gets (with CLI11's own
+// messages) and the default --help shows.
+void decorate_launch_flag(CLI::Option* o, const std::string& name) {
+  if (name == "-c" || name == "--parallel" || name == "--cpu-layers" || name == "-t") o->type_name("INT");
+  if (name == "-m") o->required();
+  if (name == "-c") o->default_str("512")->check(CLI::Range(16, 1 << 24));
+  if (name == "--parallel") o->default_str("1")->check(CLI::Range(1, 256));
+  if (name == "--cpu-layers") o->default_str("0");
+  if (name == "-t") o->default_str("0")->check(CLI::NonNegativeNumber);
+  if (name == "--split-mode") o->default_str("layer")->check(CLI::IsMember({"layer", "tensor", "ffn-tensor"}));
+  if (name == "--prompt-cache") o->default_str("0");
+  if (name == "--prompt-cache-dir-size") o->default_str("64GiB");
+}
+
+// The flags `tandem serve` writes, from their table (engine/launch.h), read into f.launch by the
+// table's own readers. Returns --socket's option.
+CLI::Option* add_launch_flags(CLI::App* cmd, EngineFlags& f) {
+  CLI::Option* socket = nullptr;
+  for (const engine::LaunchFlag& flag : engine::launch_flags()) {
+    const std::string name = flag.written_name();
+    if (name == "--log-format") continue;  // add_log_format_option takes it, as for every command
+    const auto read = [&f, r = flag.read](const std::string& v) {
+      Status s = r(f.launch, v);
+      if (!s.is_ok() && f.launch_error.empty()) f.launch_error = s.message();
+    };
+    CLI::Option* o = nullptr;
+    switch (flag.kind) {
+      case engine::LaunchFlag::Kind::toggle:
+        o = cmd->add_flag(
+            flag.names, [read](int64_t) { read(""); }, flag.help);
+        break;
+      case engine::LaunchFlag::Kind::repeated:
+        o = cmd->add_option_function<std::vector<std::string>>(
+            flag.names,
+            [read](const std::vector<std::string>& values) {
+              for (const std::string& v : values) read(v);
+            },
+            flag.help);
+        break;
+      case engine::LaunchFlag::Kind::value:
+        o = cmd->add_option_function<std::string>(flag.names, read, flag.help);
+        break;
+    }
+    decorate_launch_flag(o, name);
+    if (name == "--socket") socket = o;
+  }
+  return socket;
+}
+
 void register_engine(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("engine", "Run the inference engine on a Unix socket (--socket), or generate once (--prompt)");
   static EngineFlags f;
   engine::GenerateOptions& o = f.one_shot;
-  cmd->add_option("-m,--model", o.model, "GGUF model file")->required();
-  auto* socket = cmd->add_option("--socket", f.serve.socket_path,
-                                 "Serve the engine protocol on this Unix socket (docs/engine-protocol.md)");
+  auto* socket = add_launch_flags(cmd, f);
   auto* prompt =
       cmd->add_option("-p,--prompt", o.prompt, "Generate once from this prompt and print the text and speed");
   socket->excludes(prompt);
@@ -128,12 +169,6 @@ void register_engine(CLI::App& app) {
   cmd->add_option("-n,--n-predict", o.n_predict, "--prompt: tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("-c,--context", o.n_ctx, "Context size in tokens (--socket: per parallel slot)")
-      ->capture_default_str()
-      ->check(CLI::Range(16, 1 << 24));
-  cmd->add_option("--parallel", f.serve.scheduler.parallel, "--socket: requests decoded at the same time (slots)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
   cmd->add_option("--batch", f.serve.scheduler.batch, "--socket: tokens per decode step at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
@@ -142,55 +177,14 @@ void register_engine(CLI::App& app) {
                   "results on CPU)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 16));
-  cmd->add_option("--prompt-cache", f.prompt_cache,
-                  "--socket: memory for the prompt cache on each node (e.g. 8GiB; 0: off): a slot's state is saved "
-                  "when it idles or is taken over, and restored for a later request sharing a longer prefix with it; a "
-                  "--tandem-worker keeps its part of each state in its own memory")
-      ->capture_default_str();
-  cmd->add_option("--prompt-cache-dir", f.serve.scheduler.prompt_cache_dir,
-                  "--socket: a folder for the prompt cache's states that memory no longer holds (emptied at start; "
-                  "a --tandem-worker spills its part into its own cache folder)");
-  cmd->add_option("--prompt-cache-dir-size", f.prompt_cache_dir_size,
-                  "--socket: bound of that folder on each node (e.g. 64GiB)")
-      ->capture_default_str();
-  cmd->add_option("-t,--threads", o.threads, "CPU threads (0: one per physical core)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--temperature", o.temperature, "--prompt: sample at this temperature instead of greedy decoding")
       ->check(CLI::Range(0.0f, 5.0f))
       ->each([](const std::string&) { f.one_shot.greedy = false; });
   cmd->add_option("--seed", o.seed, "--prompt: sampling seed")->capture_default_str();
   cmd->add_flag("--ignore-eos", o.ignore_eos, "--prompt: keep generating past end-of-generation tokens");
-  cmd->add_option("--rpc", f.rpc, "Comma-separated ggml RPC servers (host:port) to offload layers to");
-  cmd->add_option("--cpu-layers", o.placement.cpu_layers, "Number of leading layers kept on the host CPU")
-      ->capture_default_str();
-  cmd->add_option(
-      "--layer-split", f.split,
-      "Comma-separated layer counts per offload device (local GPUs, then RPC devices; see --workers-first)");
-  cmd->add_flag(
-      "--workers-first", f.workers_first,
-      "Order the offload devices as llama.cpp does: RPC devices first, local GPUs last (the first layers run on the "
-      "workers; "
-      "the output head stays on the last local GPU without a tensor override, so pipeline parallelism stays on)");
-  cmd->add_option("--split-mode", f.split_mode,
-                  "layer: each device runs its range of layers in turn (tandem's split); tensor: every device runs "
-                  "every layer at once through llama.cpp's meta device (its -sm tensor; for measurement, on the "
-                  "architectures it splits; --layer-split gives the shares); ffn-tensor: every device runs every "
-                  "layer at once with only the FFNs and the output head split across them, attention and KV cache "
-                  "whole on each (the FFN tensor split, docs/parallelism.md)")
-      ->check(CLI::IsMember({"layer", "tensor", "ffn-tensor"}))
-      ->capture_default_str();
-  cmd->add_option("--worker-cache", f.worker_caches,
-                  "HOST:PORT=FILE: the tandem worker behind this RPC endpoint has the weights FILE lists cached "
-                  "(\"HASH BYTES\" lines; `tandem serve` writes it); load them from there (repeatable)");
   cmd->add_flag("--output-with-last-device", f.output_last,
                 "Put the output head with the last device as llama.cpp does (default with local GPUs and RPC servers: "
                 "on the last local GPU)");
-  cmd->add_option(
-      "--tandem-worker", f.tandem_workers,
-      "HOST:PORT (repeatable): this --rpc endpoint reaches a tandem worker of this build (through `tandem link "
-      "forward`), so a step's inputs that repeat across layers cross the link once; never a stock ggml RPC server "
-      "(implied by --worker-cache)");
   cmd->add_option(
       "--rpc-in-process", f.rpc_in_process,
       "--prompt: start ggml's RPC server inside this process on HOST:PORT, serving the local GPUs (name it in "
@@ -203,11 +197,6 @@ void register_engine(CLI::App& app) {
     cmd->add_flag(
         flag, [flag](int64_t) { f.switches_off.push_back(flag); }, help);
   }
-  cmd->add_flag("--no-cuda-graphs", f.no_cuda_graphs,
-                "Turn CUDA graphs off in the engine (GGML_CUDA_DISABLE_GRAPHS=1)");
-  cmd->add_flag("--no-mmap", f.no_mmap,
-                "Read the model file rather than map it, as libllama does when a device cannot map files (an "
-                "integrated GPU); the weights a --worker-cache lists are not read on the head either way");
   cmd->add_flag("--json", f.json, "--prompt: print the result as JSON (text, tokens, timings)");
   cmd->add_flag("-v,--verbose", f.verbose, "Show libllama's log (-v warnings, -vv everything)");
   add_log_format_option(cmd);
@@ -215,13 +204,8 @@ void register_engine(CLI::App& app) {
     engine::set_llama_verbosity(f.verbose);
     if (socket->count() == 0 && prompt->count() == 0)
       fail("engine: give --socket PATH to serve or --prompt TEXT to generate once", 2);
-    f.serve.scheduler.context = f.one_shot.n_ctx;
-    auto cache = parse_bytes(f.prompt_cache);
-    if (!cache.is_ok()) fail("--prompt-cache: " + cache.status().message(), 2);
-    f.serve.scheduler.prompt_cache_bytes = cache.value();
-    auto dir_size = parse_bytes(f.prompt_cache_dir_size);
-    if (!dir_size.is_ok()) fail("--prompt-cache-dir-size: " + dir_size.status().message(), 2);
-    f.serve.scheduler.prompt_cache_dir_bytes = dir_size.value();
+    if (!f.launch_error.empty()) fail(f.launch_error, 2);
+    if (Status s = engine::validate_launch(f.launch); !s.is_ok()) fail(s.message(), 2);
     if (socket->count() > 0) return run_server(f);
     run_one_shot(f);
     if (!f.rpc_in_process.empty()) {

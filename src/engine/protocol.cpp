@@ -46,45 +46,18 @@ StatusCode code_from_wire(const std::string& s) {
 }
 
 json prompt_cache_json(const PromptCacheStats& c) {
-  return {{"max_bytes", c.max_bytes},
-          {"bytes", c.bytes},
-          {"worker_bytes", c.worker_bytes},
-          {"entries", c.entries},
-          {"hits", c.hits},
-          {"misses", c.misses},
-          {"evictions", c.evictions},
-          {"restored_tokens", c.restored_tokens},
-          {"failed_restores", c.failed_restores},
-          {"saves", c.saves},
-          {"saved_bytes", c.saved_bytes},
-          {"saved_worker_bytes", c.saved_worker_bytes},
-          {"per_worker", c.per_worker},
-          {"disk_bytes", c.disk_bytes},
-          {"max_disk_bytes", c.max_disk_bytes},
-          {"worker_disk_bytes", c.worker_disk_bytes},
-          {"spills", c.spills},
-          {"per_worker_disk", c.per_worker_disk}};
+  json j = {{"per_worker", c.per_worker}, {"per_worker_disk", c.per_worker_disk}};
+  for (const PromptCacheField& f : kPromptCacheFields) j[std::string(f.name)] = c.*f.member;
+  return j;
 }
 
 PromptCacheStats prompt_cache_from(const json& j) {
   PromptCacheStats c;
   if (!j.is_object()) return c;
-  c.max_bytes = int_field(j, "max_bytes", uint64_t{0});
-  c.bytes = int_field(j, "bytes", uint64_t{0});
-  c.worker_bytes = int_field(j, "worker_bytes", uint64_t{0});
-  c.entries = int_field(j, "entries", uint64_t{0});
-  c.hits = int_field(j, "hits", uint64_t{0});
-  c.misses = int_field(j, "misses", uint64_t{0});
-  c.evictions = int_field(j, "evictions", uint64_t{0});
-  c.restored_tokens = int_field(j, "restored_tokens", uint64_t{0});
-  c.failed_restores = int_field(j, "failed_restores", uint64_t{0});
-  c.saves = int_field(j, "saves", uint64_t{0});
-  c.saved_bytes = int_field(j, "saved_bytes", uint64_t{0});
-  c.saved_worker_bytes = int_field(j, "saved_worker_bytes", uint64_t{0});
-  c.disk_bytes = int_field(j, "disk_bytes", uint64_t{0});
-  c.max_disk_bytes = int_field(j, "max_disk_bytes", uint64_t{0});
-  c.worker_disk_bytes = int_field(j, "worker_disk_bytes", uint64_t{0});
-  c.spills = int_field(j, "spills", uint64_t{0});
+  for (const PromptCacheField& f : kPromptCacheFields) {
+    const std::string name(f.name);
+    c.*f.member = int_field(j, name.c_str(), uint64_t{0});
+  }
   for (auto [name, out] : {std::pair{"per_worker", &c.per_worker}, std::pair{"per_worker_disk", &c.per_worker_disk}}) {
     const json per = j.value(name, json::object());
     if (!per.is_object()) continue;
@@ -96,7 +69,7 @@ PromptCacheStats prompt_cache_from(const json& j) {
 }
 
 json status_json(const EngineStatus& s) {
-  json j = {{"state", s.state},
+  json j = {{"state", std::string(engine_state_name(s.state))},
             {"load",
              {{"fraction", s.load.fraction},
               {"bytes", s.load.bytes},
@@ -112,7 +85,11 @@ json status_json(const EngineStatus& s) {
 
 EngineStatus status_from(const json& j) {
   EngineStatus s;
-  s.state = j.value("state", "");
+  const std::string state = j.value("state", "");
+  const auto known = engine_state_from_name(state);
+  if (!known)
+    throw std::invalid_argument("'state' must be one of loading, ready, failed, stopped, got '" + state + "'");
+  s.state = *known;
   const json load = j.value("load", json::object()), slots = j.value("slots", json::object());
   s.load.fraction = load.value("fraction", 0.0);
   s.load.bytes = int_field(load, "bytes", uint64_t{0});
@@ -194,6 +171,20 @@ std::vector<TokenLogprob> logprobs_from(const json& j) {
 }
 
 }  // namespace
+
+std::string_view engine_state_name(EngineState state) {
+  for (const EngineStateName& s : kEngineStateNames) {
+    if (s.state == state) return s.name;
+  }
+  return "?";
+}
+
+std::optional<EngineState> engine_state_from_name(std::string_view name) {
+  for (const EngineStateName& s : kEngineStateNames) {
+    if (s.name == name) return s.state;
+  }
+  return std::nullopt;
+}
 
 const char* wire_code(StatusCode code) {
   switch (code) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,14 +95,73 @@ struct PromptCacheStats {
   std::map<std::string, uint64_t> per_worker_disk;
 };
 
+// One row per counter of PromptCacheStats (the per-worker maps aside): its name on the wire, and
+// how the gateway shows it in /health's prompt_cache and in /metrics. Encoding, decoding, /health
+// and the metric families all walk this table, so a new counter is one row.
+struct PromptCacheField {
+  std::string_view name;  // in the engine's status line
+  uint64_t PromptCacheStats::*member;
+  std::string_view health;       // in /health's prompt_cache; "": not there
+  std::string_view metric;       // Prometheus family; "": none
+  std::string_view metric_type;  // "gauge" or "counter"
+  std::string_view metric_help;
+};
+// In the order of the metric families in /metrics.
+inline constexpr PromptCacheField kPromptCacheFields[] = {
+    {"max_bytes", &PromptCacheStats::max_bytes, "max_bytes_per_node", "tandem_prompt_cache_capacity_bytes", "gauge",
+     "The prompt cache's bound on each node (0: off)."},
+    {"max_disk_bytes", &PromptCacheStats::max_disk_bytes, "max_disk_bytes_per_node",
+     "tandem_prompt_cache_disk_capacity_bytes", "gauge",
+     "The prompt cache's disk bound on each node (0: no disk tier)."},
+    {"entries", &PromptCacheStats::entries, "entries", "tandem_prompt_cache_entries", "gauge",
+     "Prompt-cache states held."},
+    {"spills", &PromptCacheStats::spills, "spills", "tandem_prompt_cache_spills_total", "counter",
+     "States moved from memory to disk to keep every node within the memory bound."},
+    {"hits", &PromptCacheStats::hits, "hits", "tandem_prompt_cache_hits_total", "counter",
+     "Requests that found a cached state sharing a longer prefix than any slot."},
+    {"misses", &PromptCacheStats::misses, "misses", "tandem_prompt_cache_misses_total", "counter",
+     "Requests that found no cached state longer than the slots' prefixes."},
+    {"evictions", &PromptCacheStats::evictions, "evictions", "tandem_prompt_cache_evictions_total", "counter",
+     "States dropped to keep every node within the bound."},
+    {"restored_tokens", &PromptCacheStats::restored_tokens, "restored_tokens",
+     "tandem_prompt_cache_restored_tokens_total", "counter",
+     "Prompt tokens restored from the cache instead of evaluated."},
+    {"failed_restores", &PromptCacheStats::failed_restores, "failed_restores",
+     "tandem_prompt_cache_failed_restores_total", "counter",
+     "Cached states that could not be restored (the prompt was evaluated)."},
+    {"saves", &PromptCacheStats::saves, "saves", "", "", ""},
+    {"saved_bytes", &PromptCacheStats::saved_bytes, "saved_bytes", "", "", ""},
+    {"saved_worker_bytes", &PromptCacheStats::saved_worker_bytes, "saved_worker_bytes", "", "", ""},
+    // Per node in /health and /metrics, with the workers' shares (the gateway's own rows).
+    {"bytes", &PromptCacheStats::bytes, "", "", "", ""},
+    {"disk_bytes", &PromptCacheStats::disk_bytes, "", "", "", ""},
+    {"worker_bytes", &PromptCacheStats::worker_bytes, "", "", "", ""},
+    {"worker_disk_bytes", &PromptCacheStats::worker_disk_bytes, "", "", "", ""},
+};
+
+// The engine's state in its status. The engine sends the first three; `stopped` is the gateway's
+// word (in /health) for no engine running.
+enum class EngineState { loading, ready, failed, stopped };
+struct EngineStateName {
+  EngineState state;
+  std::string_view name;
+};
+// The one name table: the wire's and /health's names.
+inline constexpr EngineStateName kEngineStateNames[] = {{EngineState::loading, "loading"},
+                                                        {EngineState::ready, "ready"},
+                                                        {EngineState::failed, "failed"},
+                                                        {EngineState::stopped, "stopped"}};
+std::string_view engine_state_name(EngineState state);
+std::optional<EngineState> engine_state_from_name(std::string_view name);  // none: no such state
+
 struct EngineStatus {
-  std::string state = "loading";  // "loading", "ready" or "failed"
+  EngineState state = EngineState::loading;
   LoadProgress load;
   int slots_busy = 0, slots_total = 0;
   int waiting = 0;          // requests queued for a free slot
   double tokens_per_s = 0;  // generated tokens per second over the last few seconds
   PromptCacheStats prompt_cache;
-  std::string error;  // state "failed": why
+  std::string error;  // state failed: why
 };
 
 // Engine → client.

@@ -173,7 +173,7 @@ void Server::load() {
   auto info = plan::read_model_info(config_.load.model);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    load_status_.state = "loading";
+    load_status_.state = EngineState::loading;
     load_status_.load.total_bytes = info.is_ok() ? info->tensor_bytes : 0;
     load_start_ = Clock::now();
   }
@@ -210,7 +210,7 @@ void Server::load() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     scheduler_ = std::move(scheduler.value());
-    load_status_.state = "ready";
+    load_status_.state = EngineState::ready;
     load_status_.load.fraction = 1;
     load_status_.load.bytes = load_status_.load.total_bytes;
   }
@@ -242,7 +242,7 @@ void Server::set_failed(const std::string& why) {
   log::error("engine", why);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    load_status_.state = "failed";
+    load_status_.state = EngineState::failed;
     load_status_.error = why;
   }
   broadcast(status_event());
@@ -361,7 +361,8 @@ void Server::answer(const std::shared_ptr<Connection>& conn, const EngineRequest
   Scheduler* s = scheduler();
   Status error;
   if (s == nullptr) {
-    error = Status::unavailable("the model is not loaded (" + status_event().status.state + ")");
+    error = Status::unavailable("the model is not loaded (" +
+                                std::string(engine_state_name(status_event().status.state)) + ")");
   } else if (r.op == EngineRequest::Op::tokenize) {
     e.tokens = s->tokenize(r.content, r.add_special, r.parse_special);
     for (int32_t t : e.tokens) e.pieces.push_back(s->token_piece(t));
@@ -398,7 +399,7 @@ void Server::submit(const std::shared_ptr<Connection>& conn, const EngineRequest
   if (s == nullptr) {
     const EngineStatus st = status_event().status;
     error.code = StatusCode::unavailable;
-    error.message = st.state == "failed"
+    error.message = st.state == EngineState::failed
                         ? "the model failed to load: " + st.error
                         : "the model is loading (" + std::to_string(static_cast<int>(st.load.fraction * 100)) + "%)";
     return conn->send(error);

@@ -183,7 +183,7 @@ void ApiServer::install_routes() {
     const HealthReport h = health_();
     const bool details = options_.status_page_public || !options_.auth || holds_valid_key(req);
     json body = details ? h.detail : json::object();
-    body["state"] = draining_ ? "draining" : h.state;
+    body["state"] = std::string(serve_state_name(draining_ ? ServeState::draining : h.state));
     body["accepting"] = h.accepting && !draining_;
     if (details) body["requests_in_flight"] = in_flight_.load();
     res.status = (h.accepting && !draining_) ? 200 : 503;
@@ -192,7 +192,8 @@ void ApiServer::install_routes() {
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     metrics_.set_in_flight(in_flight_);
     const HealthReport h = health_();
-    res.set_content(metrics_.render(draining_ ? "draining" : h.state) + h.extra_metrics, "text/plain; version=0.0.4");
+    res.set_content(metrics_.render(draining_ ? ServeState::draining : h.state) + h.extra_metrics,
+                    "text/plain; version=0.0.4");
   });
   // The status page: the HTML holds no data and is public; the figures come from /status.json,
   // which needs a key unless [server] status_page_public is set.
@@ -214,7 +215,8 @@ void ApiServer::install_routes() {
     const HealthReport h = health_();
     res.set_header("Cache-Control", "no-store");
     res.set_content(
-        dump(status_snapshot(h, info, draining_ ? "draining" : h.state, in_flight_.load(), options_.model_id)),
+        dump(status_snapshot(h, info, std::string(serve_state_name(draining_ ? ServeState::draining : h.state)),
+                             in_flight_.load(), options_.model_id)),
         "application/json");
   });
   server_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
@@ -319,7 +321,9 @@ void ApiServer::generate(const httplib::Request& req, httplib::Response& res, st
   const HealthReport health = health_();
   if (draining_) return refuse(Status::unavailable("the server is shutting down"), 5);
   if (!health.accepting) {
-    return refuse(Status::unavailable("the cluster is " + health.state + "; see /health"), health.retry_after_s);
+    return refuse(
+        Status::unavailable("the cluster is " + std::string(serve_state_name(health.state)) + "; see /health"),
+        health.retry_after_s);
   }
   if (in_flight_.fetch_add(1) >= options_.max_in_flight) {
     --in_flight_;

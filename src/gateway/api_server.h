@@ -18,6 +18,7 @@
 #include "gateway/keys.h"
 #include "gateway/limiter.h"
 #include "gateway/metrics.h"
+#include "gateway/serve_state.h"
 
 namespace httplib {
 class Server;
@@ -50,7 +51,7 @@ struct ApiOptions {
 
 // What /health reports and whether generation requests are admitted right now.
 struct HealthReport {
-  std::string state = "ready";  // starting, loading, ready, degraded, recovering, draining
+  ServeState state = ServeState::ready;
   bool accepting = true;
   int retry_after_s = 5;                             // when not accepting
   nlohmann::json detail = nlohmann::json::object();  // load progress, nodes, ...

@@ -24,7 +24,7 @@ void Metrics::set_in_flight(int n) {
   in_flight_ = n;
 }
 
-std::string Metrics::render(const std::string& state) {
+std::string Metrics::render(ServeState state) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<p::Sample> requests;
   for (const auto& [k, v] : requests_) {
@@ -32,8 +32,8 @@ std::string Metrics::render(const std::string& state) {
         {"endpoint=\"" + p::label(k.first) + "\",code=\"" + std::to_string(k.second) + "\"", static_cast<double>(v)});
   }
   std::vector<p::Sample> states;
-  for (const char* st : {"starting", "loading", "ready", "degraded", "recovering", "draining"}) {
-    states.push_back({std::string("state=\"") + st + "\"", state == st ? 1.0 : 0.0});
+  for (const ServeStateName& st : kServeStateNames) {
+    states.push_back({"state=\"" + std::string(st.name) + "\"", state == st.state ? 1.0 : 0.0});
   }
   auto series = [](const std::map<std::string, Histogram>& by_endpoint) {
     std::vector<std::pair<std::string, Histogram>> out;

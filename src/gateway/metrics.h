@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gateway/prometheus.h"
+#include "gateway/serve_state.h"
 
 namespace tandem::gateway {
 
@@ -21,7 +22,7 @@ class Metrics {
   void set_in_flight(int n);
   // The front end's metric families in Prometheus text exposition format (version 0.0.4), with
   // `state` (the one /health answers) as tandem_state.
-  std::string render(const std::string& state);
+  std::string render(ServeState state);
 
  private:
   static constexpr std::array<double, 10> kLatency = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120};

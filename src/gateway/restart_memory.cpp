@@ -6,6 +6,7 @@
 #include "cluster/live_nodes.h"
 #include "common/units.h"
 #include "link/control.h"
+#include "link/worker_status.h"
 
 namespace tandem::gateway {
 namespace {
@@ -84,10 +85,8 @@ std::vector<NodeMemory> memory_now(const config::Config& config, const link::Sec
     }
     node.devices = cluster::node_from_status(w, st.value()).devices;
     std::vector<cluster::MemoryHolder> holders;
-    for (const auto& h : st->value("memory_holders", nlohmann::json::array())) {
-      if (!h.is_object()) continue;
-      holders.push_back({h.value("pid", 0), h.value("name", std::string("?")), h.value("bytes", uint64_t{0})});
-    }
+    for (const link::WorkerMemoryHolder& h : link::worker_status_from(st.value()).memory_holders)
+      holders.push_back({h.pid, h.name.empty() ? std::string("?") : h.name, h.bytes});
     node.holders = cluster::format_holders(holders);
     out.push_back(std::move(node));
   }

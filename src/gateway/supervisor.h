@@ -22,8 +22,10 @@
 #include <vector>
 
 #include "common/progress.h"
+#include "engine/launch.h"
 #include "gateway/api_server.h"
 #include "gateway/engine_backend.h"
+#include "gateway/serve_state.h"
 #include "link/forwarder.h"
 #include "link/secret.h"
 
@@ -87,26 +89,40 @@ class Supervisor {
   std::string state();
 
  private:
+  using Clock = std::chrono::steady_clock;
+
+  // The state machine (supervisor.cpp).
   void loop();
   void tick();
+  // A worker's heartbeat stopped: the engine (whose RPC client would abort or hang) goes.
+  void on_links_down(int pid);
+  // The engine failed to load or the canary found it hung: restarts it with backoff (true).
+  bool restart_failed_engine();
+  void set_state(ServeState state, const std::string& why);
+  void log(const std::string& line);
   void poll_engine();  // asks the engine for its status every second, so /health stays live
   bool all_links_up();
-  void spawn_engine();
+  // The workers (supervisor_workers.cpp).
   // True when no worker serves another head; otherwise records which do (health shows them
   // `refused`), logs each change once, and the engine waits for them.
   bool workers_free();
   // True before the first start, and when options_.memory_check finds the memory free; otherwise
   // records why (health shows it), logs it, and the restart waits.
   bool memory_free();
-  void kill_engine(const std::string& why, bool backoff = false);
   // Asks each worker for its cache listing and writes it beside the engine's socket: the
-  // engine's --worker-cache arguments (none for a worker without cache or answer).
-  std::vector<std::string> cache_listing_args();
-  void reap_engine();
+  // engine's --worker-cache listings (none for a worker without cache or answer).
+  std::vector<engine::WorkerCacheListing> cache_listings();
+  // The engine child (supervisor_engine.cpp).
+  // The engine's arguments for the next start (asks the workers for their cache listings).
+  engine::EngineLaunch engine_launch();
+  void spawn_engine();
   void connect_engine();
+  void reap_engine();  // an engine that ended by itself: restart with backoff
+  void kill_engine(const std::string& why, bool backoff = false);
+  // The canary (supervisor_canary.cpp).
+  bool canary_due();  // true: marks a canary running
+  void run_canary();  // on its own thread
   void start_canary();
-  void set_state(const std::string& state, const std::string& why);
-  void log(const std::string& line);
 
   const SupervisorOptions options_;
   EngineBackend backend_;
@@ -120,7 +136,7 @@ class Supervisor {
 
   std::mutex mutex_;
   // All below guarded by mutex_.
-  std::string state_ = "starting";
+  ServeState state_ = ServeState::starting;
   std::string last_error_;
   int engine_pid_ = -1;
   bool engine_connected_ = false;
@@ -128,14 +144,14 @@ class Supervisor {
   bool canary_running_ = false;
   bool engine_verified_ = false;  // this engine instance has passed a canary
   bool kill_requested_ = false;   // the canary found the engine hung
-  std::chrono::steady_clock::time_point last_canary_{}, restart_at_{}, engine_started_{};
+  Clock::time_point last_canary_{}, restart_at_{}, engine_started_{};
   std::chrono::seconds backoff_{1};
   int restarts_ = 0;
   uint64_t canary_seq_ = 0;
   std::unique_ptr<ProgressMeter> meter_;
   std::map<std::string, std::string> refused_;  // worker name -> why it refuses us (another head)
   std::string memory_short_;                    // why the last memory check held the restart back
-  std::chrono::steady_clock::time_point memory_logged_{};
+  Clock::time_point memory_logged_{};
 };
 
 }  // namespace tandem::gateway

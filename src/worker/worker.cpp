@@ -16,6 +16,7 @@
 #include "common/units.h"
 #include "link/control.h"
 #include "link/probe.h"
+#include "link/worker_status.h"
 #include "worker/cache.h"
 #include "worker/rpc_splice.h"
 
@@ -331,52 +332,43 @@ nlohmann::json Worker::cache_listing() const {
 }
 
 nlohmann::json Worker::status() const {
-  nlohmann::json devices = nlohmann::json::array();
+  link::WorkerStatus s;
   const RpcChildInfo child = child_.info();
   for (const auto& d : cluster::local_devices()) {
     const auto& chosen = options_.rpc.devices;
     if (!chosen.empty() && std::find(chosen.begin(), chosen.end(), d.name) == chosen.end()) continue;
-    devices.push_back({{"name", d.name},
-                       {"description", d.description},
-                       {"type", d.type},
-                       {"free_bytes", d.free_bytes},
-                       {"total_bytes", d.total_bytes},
-                       {"shares_host_memory", d.shares_host_memory}});
+    s.devices.push_back({d.name, d.description, d.type, d.free_bytes, d.total_bytes, d.shares_host_memory});
   }
-  nlohmann::json j;
-  j["name"] = options_.handshake.name;
-  j["version"] = TANDEM_VERSION;
-  j["llama_tag"] = TANDEM_LLAMA_TAG;
-  j["llama_commit"] = TANDEM_LLAMA_COMMIT;
-  j["protocol"] = link::kProtocolVersion;
-  j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  j["devices"] = devices;
+  s.name = options_.handshake.name;
+  s.version = TANDEM_VERSION;
+  s.llama_tag = TANDEM_LLAMA_TAG;
+  s.llama_commit = TANDEM_LLAMA_COMMIT;
+  s.protocol = link::kProtocolVersion;
+  s.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   // What holds this box's memory: a head about to restart its engine says so when it is short.
-  nlohmann::json holders = nlohmann::json::array();
-  for (const auto& h : cluster::memory_holders(3))
-    holders.push_back({{"pid", h.pid}, {"name", h.name}, {"bytes", h.bytes}});
-  j["memory_holders"] = holders;
-  j["rpc_server"] = {{"state", child_state_name(child.state)},
-                     {"pid", child.pid},
-                     {"restarts", child.starts > 0 ? child.starts - 1 : 0},
-                     {"last_exit", child.last_exit},
-                     {"isolated", child.isolated},
-                     {"isolation", child.isolation},
-                     {"port", child.port},
-                     {"cuda_graphs", options_.rpc.cuda_graphs},
-                     {"async_input_writes", options_.rpc.async_input_writes}};
-  j["bytes"] = {{"from_head", bytes_from_head_.load()}, {"to_head", bytes_to_head_.load()}};
-  j["connections"] = {{"accepted", accepted_.load()}, {"refused", refused_.load()}};
+  for (const auto& h : cluster::memory_holders(3)) s.memory_holders.push_back({h.pid, h.name, h.bytes});
+  s.rpc_server = {child_state_name(child.state),
+                  child.pid,
+                  child.starts > 0 ? child.starts - 1 : 0,
+                  child.last_exit,
+                  child.isolated,
+                  child.isolation,
+                  child.port,
+                  options_.rpc.cuda_graphs,
+                  options_.rpc.async_input_writes};
+  s.bytes_from_head = bytes_from_head_.load();
+  s.bytes_to_head = bytes_to_head_.load();
+  s.connections_accepted = accepted_.load();
+  s.connections_refused = refused_.load();
   const CacheStats cs = options_.rpc.cache_dir.empty() ? CacheStats{} : cache_stats(options_.rpc.cache_dir);
-  j["cache"] = {{"dir", options_.rpc.cache_dir},
-                {"entries", cs.entries},
-                {"bytes", cs.bytes},
-                {"max_bytes", options_.cache_max_bytes}};
+  s.cache_dir = options_.rpc.cache_dir;
+  s.cache_entries = cs.entries;
+  s.cache_bytes = cs.bytes;
+  s.cache_max_bytes = options_.cache_max_bytes;
   std::lock_guard<std::mutex> lock(mutex_);
-  j["head"] = rpc_busy_ ? nlohmann::json{{"name", head_name_}, {"address", head_address_}, {"since", head_since_}}
-                        : nlohmann::json();
-  j["last_event"] = last_event_;
-  return j;
+  if (rpc_busy_) s.head = link::WorkerHead{head_name_, head_address_, head_since_};
+  s.last_event = last_event_;
+  return link::worker_status_json(s);
 }
 
 Status run_worker(const WorkerOptions& options, link::Secret secret) {

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include "common/strings.h"
 #include "datapath/switches.h"
+#include "engine/launch.h"
 #include "gateway/serve.h"
 #include "support/process.h"
 #include "test_util.h"
@@ -65,6 +67,19 @@ TEST(Cli, EveryFlagServePassesOnIsAnEngineFlagAndInServesHelp) {
     const std::string flag = sw.flag;
     EXPECT_NE(serve.out.find(flag), std::string::npos) << flag << " is not in serve's help";
     EXPECT_NE(engine.out.find(flag + " "), std::string::npos) << flag << " is not an engine flag";
+  }
+}
+
+// The engine takes every flag of the launch table that `tandem serve` writes (engine/launch.h),
+// under every one of its names.
+TEST(Cli, TheEngineTakesEveryFlagServeWrites) {
+  ScratchDir dir;
+  auto engine = run_tandem("engine --help", dir.file(""));
+  ASSERT_EQ(engine.exit_code, 0) << engine.err;
+  for (const engine::LaunchFlag& f : engine::launch_flags()) {
+    for (const std::string& name : split_commas(f.names)) {
+      EXPECT_NE(engine.out.find(name), std::string::npos) << name << " is not an engine flag";
+    }
   }
 }
 

@@ -33,7 +33,7 @@ std::string short_socket_path() {
 }
 
 // Waits until the engine reports `state`; false after `timeout_ms`.
-bool wait_for_state(EngineClient& c, const std::string& state, int timeout_ms) {
+bool wait_for_state(EngineClient& c, EngineState state, int timeout_ms) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < end) {
     auto s = c.status(5000);
@@ -58,7 +58,7 @@ TEST(EngineServer, SubmitStreamCancelStatusAndMalformedLinesOverTheSocket) {
   });
   ASSERT_TRUE(client.is_ok()) << client.status().to_string();
   EngineClient& c = *client.value();
-  ASSERT_TRUE(wait_for_state(c, "ready", 60000));
+  ASSERT_TRUE(wait_for_state(c, EngineState::ready, 60000));
   auto st = c.status(5000);
   ASSERT_TRUE(st.is_ok());
   EXPECT_EQ(st->slots_total, 2);
@@ -116,7 +116,7 @@ TEST(EngineServer, SubmitStreamCancelStatusAndMalformedLinesOverTheSocket) {
 
   st = c.status(5000);
   ASSERT_TRUE(st.is_ok());
-  EXPECT_EQ(st->state, "ready");
+  EXPECT_EQ(st->state, EngineState::ready);
   EXPECT_EQ(st->slots_busy, 0);
   EXPECT_TRUE(engine.running());
   {
@@ -147,7 +147,7 @@ TEST(EngineServer, LoadFailureIsReportedInStatusAndSubmitsAreRefused) {
   ChildProcess engine({TANDEM_BINARY, "engine", "--model", model, "--socket", socket}, dir.file("engine.log"));
   auto client = EngineClient::connect(socket, 30000);
   ASSERT_TRUE(client.is_ok()) << client.status().to_string();
-  ASSERT_TRUE(wait_for_state(*client.value(), "failed", 30000));
+  ASSERT_TRUE(wait_for_state(*client.value(), EngineState::failed, 30000));
   auto st = client.value()->status(5000);
   ASSERT_TRUE(st.is_ok());
   EXPECT_NE(st->error.find("broken.gguf"), std::string::npos) << st->error;
@@ -238,7 +238,7 @@ TEST(EngineServer, TokenizeDetokenizeCountAndLogprobsOverTheSocket) {
   auto client = EngineClient::connect(socket, 30000);
   ASSERT_TRUE(client.is_ok()) << client.status().to_string();
   EngineClient& c = *client.value();
-  ASSERT_TRUE(wait_for_state(c, "ready", 60000));
+  ASSERT_TRUE(wait_for_state(c, EngineState::ready, 60000));
 
   EngineRequest t;
   t.op = EngineRequest::Op::tokenize;

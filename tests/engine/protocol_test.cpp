@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
+#include <map>
+#include <set>
+
 namespace tandem::engine {
 namespace {
 
@@ -99,11 +103,11 @@ TEST(Protocol, EventsRoundTrip) {
 
   EngineEvent s;
   s.type = EngineEvent::Type::status;
-  s.status.state = "loading";
+  s.status.state = EngineState::loading;
   s.status.load = {0.5, 100, 200, 50.0};
   back = decode_event(encode_event(s));
   ASSERT_TRUE(back.is_ok());
-  EXPECT_EQ(back->status.state, "loading");
+  EXPECT_EQ(back->status.state, EngineState::loading);
   EXPECT_EQ(back->status.load.total_bytes, 200u);
 
   // The prompt cache's figures, each worker's share by its endpoint among them.
@@ -119,6 +123,61 @@ TEST(Protocol, EventsRoundTrip) {
   EXPECT_EQ(back->status.prompt_cache.hits, 3u);
   EXPECT_EQ(back->status.prompt_cache.evictions, 2u);
   EXPECT_EQ(back->status.prompt_cache.per_worker, s.status.prompt_cache.per_worker);
+}
+
+// The engine's states travel by the one name table; a name outside it is the peer's error.
+TEST(Protocol, EngineStatesRoundTripByName) {
+  for (const EngineStateName& n : kEngineStateNames) {
+    EXPECT_EQ(engine_state_name(n.state), n.name);
+    EXPECT_EQ(engine_state_from_name(n.name), n.state);
+    EngineEvent e;
+    e.type = EngineEvent::Type::status;
+    e.status.state = n.state;
+    const std::string line = encode_event(e);
+    EXPECT_NE(line.find("\"state\":\"" + std::string(n.name) + "\""), std::string::npos) << line;
+    auto back = decode_event(line);
+    ASSERT_TRUE(back.is_ok()) << back.status().message();
+    EXPECT_EQ(back->status.state, n.state);
+  }
+  EXPECT_EQ(engine_state_from_name("sleeping"), std::nullopt);
+  auto bad = decode_event(R"({"event":"status","state":"sleeping"})");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("'state' must be one of"), std::string::npos) << bad.status().message();
+}
+
+// Every counter of the prompt cache's statistics has one row in the table, and travels by it.
+TEST(Protocol, PromptCacheStatsTravelByTheirFieldTable) {
+  // A counter added to the struct without a row changes its size: this fails until the row is there.
+  constexpr size_t rows = std::size(kPromptCacheFields);
+  EXPECT_EQ(sizeof(PromptCacheStats), rows * sizeof(uint64_t) + 2 * sizeof(std::map<std::string, uint64_t>));
+  std::set<std::string_view> names, health, metrics;
+  EngineEvent e;
+  e.type = EngineEvent::Type::status;
+  e.status.state = EngineState::ready;
+  uint64_t v = 1000;
+  for (const PromptCacheField& f : kPromptCacheFields) {
+    EXPECT_TRUE(names.insert(f.name).second) << f.name;
+    if (!f.health.empty()) EXPECT_TRUE(health.insert(f.health).second) << f.health;
+    if (!f.metric.empty()) {
+      EXPECT_TRUE(metrics.insert(f.metric).second) << f.metric;
+      EXPECT_TRUE(f.metric_type == "gauge" || f.metric_type == "counter") << f.metric;
+      EXPECT_EQ(f.metric.rfind("tandem_prompt_cache_", 0), 0u) << f.metric;
+      EXPECT_FALSE(f.metric_help.empty()) << f.metric;
+    }
+    e.status.prompt_cache.*f.member = v++;
+  }
+  e.status.prompt_cache.per_worker = {{"127.0.0.1:1", 5}};
+  e.status.prompt_cache.per_worker_disk = {{"127.0.0.1:1", 6}};
+  const std::string line = encode_event(e);
+  auto back = decode_event(line);
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  v = 1000;
+  for (const PromptCacheField& f : kPromptCacheFields) {
+    EXPECT_EQ(back->status.prompt_cache.*f.member, v++) << f.name;
+    EXPECT_NE(line.find("\"" + std::string(f.name) + "\":"), std::string::npos) << f.name;
+  }
+  EXPECT_EQ(back->status.prompt_cache.per_worker, e.status.prompt_cache.per_worker);
+  EXPECT_EQ(back->status.prompt_cache.per_worker_disk, e.status.prompt_cache.per_worker_disk);
 }
 
 TEST(Protocol, InvalidUtf8IsReplacedNotThrown) {

@@ -310,7 +310,7 @@ TEST_F(MessagesTest, ErrorsAreAnthropicErrorObjectsWithTheirStatus) {
   ASSERT_EQ(r->status, 404);
   EXPECT_EQ(json::parse(r->body)["error"]["type"], "not_found_error");
   health_.accepting = false;
-  health_.state = "loading";
+  health_.state = ServeState::loading;
   r = post("/v1/messages", body);
   ASSERT_EQ(r->status, 529);
   EXPECT_EQ(json::parse(r->body)["error"]["type"], "overloaded_error");

@@ -205,7 +205,7 @@ TEST_F(ApiServerTest, ANumberOutOfRangeIsA400NotA500) {
 }
 
 TEST_F(ApiServerTest, NotAcceptingGives503WithRetryAfterAndState) {
-  health_.state = "recovering";
+  health_.state = ServeState::recovering;
   health_.accepting = false;
   health_.retry_after_s = 7;
   auto r = post("/v1/chat/completions", chat(), key_);
@@ -409,7 +409,7 @@ TEST_F(ApiServerTest, TheStatusPageIsPublicItsFiguresNeedAKey) {
   EXPECT_EQ(client_->Get("/status.json")->status, 401);
   EXPECT_EQ(client_->Get("/status.json", auth("sk-wrong"))->status, 401);
 
-  health_.state = "loading";
+  health_.state = ServeState::loading;
   health_.detail = {{"engine", {{"tokens_per_s", 12.5}, {"waiting", 3}}},
                     {"load", {{"fraction", 0.25}, {"eta_s", 30}}},
                     {"nodes", {{{"name", "box-b"}, {"state", "up"}, {"bytes_to_worker", 42}}}}};
