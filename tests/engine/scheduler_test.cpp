@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "engine/model_loader.h"
-#include "ggml.h"
 #include "event_collector.h"
+#include "ggml.h"
 #include "synth/presets.h"
 #include "synth/writer.h"
 #include "test_util.h"
