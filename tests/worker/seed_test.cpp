@@ -345,8 +345,8 @@ TEST(Seed, WithoutMmapASeededLoadReadsUnderOnePercentOfTheWorkersShareOnTheHead)
       static_cast<unsigned long long>(others), static_cast<unsigned long long>(seeded),
       100.0 * (static_cast<double>(seeded) - static_cast<double>(others)) / static_cast<double>(share),
       static_cast<unsigned long long>(whole), share_read.empty() ? " nothing" : share_read.c_str());
-  EXPECT_LE(seeded, others + share / 100) << "the worker's share in the head's page cache after the seeded load:"
-                                          << share_read;
+  EXPECT_LE(seeded, others + share / 100)
+      << "the worker's share in the head's page cache after the seeded load:" << share_read;
   EXPECT_GE(whole, others + share * 9 / 10);
 }
 
