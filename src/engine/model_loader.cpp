@@ -197,6 +197,152 @@ Result<std::vector<std::string>> offload_devices(const Placement& placement) {
   return names;
 }
 
+namespace {
+
+// What libllama is given as its devices: the offload devices, or under the FFN split the one meta
+// device over them; null-terminated.
+Result<std::vector<ggml_backend_dev_t>> model_devices(const Placement& p, const plan::ModelInfo& info,
+                                                      const std::vector<ggml_backend_dev_t>& devices) {
+  std::vector<ggml_backend_dev_t> device_list = devices;
+  if (p.ffn_tensor_split) {
+    // libllama sees one device holding every layer; the meta device splits each weight by tandem's
+    // policy and runs each graph on all devices, reducing the FFNs' partial sums.
+    auto meta = ffn_split_device(info, devices);
+    if (!meta.is_ok()) return meta.status();
+    device_list = {meta.value()};
+  }
+  device_list.push_back(nullptr);
+  return device_list;
+}
+
+// The layer split as libllama's proportions, written into `split`, at which mp then points.
+Status set_layer_split(const Placement& p, size_t n_devices, int n_layer, std::vector<float>& split,
+                       llama_model_params& mp) {
+  if (p.device_layers.empty() || p.ffn_tensor_split) return Status::ok();
+  if (p.device_layers.size() != n_devices) {
+    return Status::invalid_argument("the layer split names " + std::to_string(p.device_layers.size()) +
+                                    " devices, but " + std::to_string(n_devices) + " offload devices are present");
+  }
+  const int offloaded = std::accumulate(p.device_layers.begin(), p.device_layers.end(), 0);
+  if (!p.meta_tensor_split && offloaded + p.cpu_layers != n_layer) {
+    return Status::invalid_argument("the layer split covers " + std::to_string(offloaded + p.cpu_layers) +
+                                    " layers, the model has " + std::to_string(n_layer));
+  }
+  // Integer layer counts as proportions reproduce llama.cpp's boundaries exactly: the split
+  // points are k/(n+1) and layer il goes to the first device whose point exceeds il/(n+1).
+  for (size_t i = 0; i < p.device_layers.size(); ++i) split[i] = static_cast<float>(p.device_layers[i]);
+  if (!p.meta_tensor_split) split[p.device_layers.size() - 1] += 1.0f;
+  mp.tensor_split = split.data();
+  return Status::ok();
+}
+
+// The tensor overrides, null-terminated; empty when there are none.
+std::vector<llama_model_tensor_buft_override> tensor_overrides(const Placement& p,
+                                                               const std::vector<ggml_backend_dev_t>& devices) {
+  // With a GPU on the head and layers on workers, the output head stays on the head's last GPU
+  // instead of going with the last device: the logits (4 bytes x vocabulary per token) then never
+  // cross the link, only the hidden state does, as in a stock split whose RPC devices come first.
+  // The planner places it the same way (plan/solver.h).
+  std::vector<llama_model_tensor_buft_override> overrides;
+  ggml_backend_dev_t last_local = nullptr;
+  for (ggml_backend_dev_t d : devices) {
+    if (!datapath::is_rpc_device(d)) last_local = d;
+  }
+  if (last_local != nullptr && !p.rpc_servers.empty() && p.output_on_head && !p.workers_first && !p.tensor_parallel()) {
+    overrides.push_back({"^output\\.weight$", ggml_backend_dev_buffer_type(last_local)});
+  }
+  // libllama has no switch for it, but keeps pipeline parallelism off under any tensor override:
+  // one that matches no tensor changes nothing else.
+  // pinned llama.cpp: text src/llama-context.cpp cparams.offload_kqv && !model.has_tensor_overrides();
+  // pinned llama.cpp: text src/llama-model.cpp pimpl->has_tensor_overrides = params.tensor_buft_overrides && params.tensor_buft_overrides[0].pattern;
+  if (!p.pipeline) overrides.push_back({"^tandem\\.no-pipeline$", ggml_backend_cpu_buffer_type()});
+  if (!overrides.empty()) overrides.push_back({nullptr, nullptr});
+  return overrides;
+}
+
+// The device of layer 0 when it is a worker's: it gathers the token embedding's rows itself
+// (datapath/worker_embedding.h). Null otherwise.
+ggml_backend_dev_t embedding_device_of(const Placement& p, const std::vector<ggml_backend_dev_t>& devices) {
+  if (!p.embedding_on_worker || p.cpu_layers != 0 || p.tensor_parallel()) return nullptr;
+  for (size_t i = 0; i < p.device_layers.size() && i < devices.size(); ++i) {
+    if (p.device_layers[i] == 0) continue;
+    return datapath::is_rpc_device(devices[i]) ? devices[i] : nullptr;
+  }
+  return nullptr;
+}
+
+// Starts loading the weights the workers' caches list, by marker (engine/cached_upload.h).
+Status start_cached_loads(const LoadOptions& o, const std::vector<ggml_backend_dev_t>& devices,
+                          const std::vector<ggml_backend_dev_t>& device_list, bool embedding_remote) {
+  const Placement& p = o.placement;
+  CachedUploadPlan cp;
+  cp.model = o.model;
+  long local = 0;
+  for (ggml_backend_dev_t d : devices) local += datapath::is_rpc_device(d) ? 0 : 1;
+  const long remote = static_cast<long>(devices.size()) - local;
+  if (p.workers_first) {
+    cp.first_layer = p.cpu_layers;
+    cp.end_layer = p.cpu_layers + std::accumulate(p.device_layers.begin(), p.device_layers.begin() + remote, 0);
+    cp.output_remote = local == 0;
+  } else {
+    cp.first_layer = p.cpu_layers + std::accumulate(p.device_layers.begin(), p.device_layers.begin() + local, 0);
+    cp.output_remote = remote > 0 && !(local > 0 && p.output_on_head);
+  }
+  for (const auto& [endpoint, file] : p.cache_listings) {
+    auto listing = read_cache_listing(file);
+    if (!listing.is_ok()) return listing.status().with_context("RPC server " + endpoint);
+    cp.listings[endpoint] = std::move(listing.value());
+  }
+  cp.embedding_remote = embedding_remote;
+  cp.hash_memo_dir = default_hash_memo_dir();
+  cp.file_read = reads_file(p, device_list);
+  return start_cached_uploads(cp);
+}
+
+// Moves the loaded token embedding to the worker of layer 0, or logs why it stays on the head.
+void move_embedding(ModelPtr& model, ggml_backend_dev_t embedding_device) {
+  // Before the cached uploads end: the table is one more weight the worker may hold.
+  const auto [table, has_output] = token_embedding(model.get());
+  auto moved = datapath::move_embedding_to_worker(table, has_output, embedding_device);
+  if (moved.is_ok()) model.get_deleter().worker_embedding = moved->buffer;
+  const std::string dev = ggml_backend_dev_name(embedding_device);
+  if (!moved.is_ok()) {
+    log::warn("engine",
+              "token embedding stays on the head, which sends each batch's rows instead: " + moved.status().message() +
+                  " (the plan counts it there: check the worker's free memory against `tandem plan`)");
+  } else if (!moved->moved) {
+    log::info("engine", "token embedding stays on the head: " + moved->why_not);
+  } else {
+    log::info("engine", "token embedding (" + format_bytes(moved->bytes) + ") on " + dev +
+                            ", which gathers each batch's rows from the token ids");
+  }
+}
+
+// Ends the cached uploads and logs what they did.
+void finish_cached_loads() {
+  const CachedUploadStats st = finish_cached_uploads();
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "%llu weights (%.2f GiB) loaded from the workers' caches, %llu sent whole; hashing ran %.1f s (%llu "
+                "hashes remembered)",
+                static_cast<unsigned long long>(st.markers), static_cast<double>(st.marker_bytes) / (1ull << 30),
+                static_cast<unsigned long long>(st.fallbacks), st.hash_s,
+                static_cast<unsigned long long>(st.remembered));
+  std::string said = line;
+  if (st.reads_skipped > 0) {
+    std::snprintf(
+        line, sizeof line, "; without mmap, %llu of libllama's reads skipped (%.2f GiB the head did not read)",
+        static_cast<unsigned long long>(st.reads_skipped), static_cast<double>(st.bytes_not_read) / (1ull << 30));
+    said += line;
+    if (st.reads_completed > 0) {
+      said += ", " + std::to_string(st.reads_completed) + " of them made after all (sent whole)";
+    }
+  }
+  log::info("engine", said);
+}
+
+}  // namespace
+
 Result<ModelPtr> load_model(const LoadOptions& o) {
   llama_backend_init();
   // Before anything reaches ggml: a split whose data path ggml bypasses would compute on inputs
@@ -224,16 +370,9 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
         "and no CPU layers (" +
         std::to_string(devices->size()) + " device(s), " + std::to_string(p.cpu_layers) + " CPU layer(s))");
   }
-  std::vector<ggml_backend_dev_t> device_list = devices.value();
-  if (p.ffn_tensor_split) {
-    // libllama sees one device holding every layer; the meta device splits each weight by tandem's
-    // policy and runs each graph on all devices, reducing the FFNs' partial sums.
-    auto meta = ffn_split_device(info.value(), devices.value());
-    if (!meta.is_ok()) return meta.status();
-    device_list = {meta.value()};
-  }
-  device_list.push_back(nullptr);
-  mp.devices = device_list.data();
+  auto device_list = model_devices(p, info.value(), devices.value());
+  if (!device_list.is_ok()) return device_list.status();
+  mp.devices = device_list->data();
   mp.split_mode = p.meta_tensor_split ? LLAMA_SPLIT_MODE_TENSOR : LLAMA_SPLIT_MODE_LAYER;
   mp.use_extra_bufts = p.cpu_weight_repack;
   // Without mmap as on a device that cannot map files: libllama then reads huge CPU tensors whole
@@ -243,124 +382,23 @@ Result<ModelPtr> load_model(const LoadOptions& o) {
   // llama.cpp counts the output head as one more layer, offloaded with the last device.
   mp.n_gpu_layers = devices->empty() ? 0 : n_layer + 1 - p.cpu_layers;
   std::vector<float> split(llama_max_devices(), 0.0f);
-  if (!p.device_layers.empty() && !p.ffn_tensor_split) {
-    if (p.device_layers.size() != devices->size()) {
-      return Status::invalid_argument("the layer split names " + std::to_string(p.device_layers.size()) +
-                                      " devices, but " + std::to_string(devices->size()) +
-                                      " offload devices are present");
-    }
-    const int offloaded = std::accumulate(p.device_layers.begin(), p.device_layers.end(), 0);
-    if (!p.meta_tensor_split && offloaded + p.cpu_layers != n_layer) {
-      return Status::invalid_argument("the layer split covers " + std::to_string(offloaded + p.cpu_layers) +
-                                      " layers, the model has " + std::to_string(n_layer));
-    }
-    // Integer layer counts as proportions reproduce llama.cpp's boundaries exactly: the split
-    // points are k/(n+1) and layer il goes to the first device whose point exceeds il/(n+1).
-    for (size_t i = 0; i < p.device_layers.size(); ++i) split[i] = static_cast<float>(p.device_layers[i]);
-    if (!p.meta_tensor_split) split[p.device_layers.size() - 1] += 1.0f;
-    mp.tensor_split = split.data();
-  }
-  // With a GPU on the head and layers on workers, the output head stays on the head's last GPU
-  // instead of going with the last device: the logits (4 bytes x vocabulary per token) then never
-  // cross the link, only the hidden state does, as in a stock split whose RPC devices come first.
-  // The planner places it the same way (plan/solver.h).
-  std::vector<llama_model_tensor_buft_override> overrides;
-  ggml_backend_dev_t last_local = nullptr;
-  for (ggml_backend_dev_t d : devices.value()) {
-    if (!datapath::is_rpc_device(d)) last_local = d;
-  }
-  if (last_local != nullptr && !p.rpc_servers.empty() && p.output_on_head && !p.workers_first && !p.tensor_parallel()) {
-    overrides.push_back({"^output\\.weight$", ggml_backend_dev_buffer_type(last_local)});
-  }
-  // libllama has no switch for it, but keeps pipeline parallelism off under any tensor override:
-  // one that matches no tensor changes nothing else.
-  // pinned llama.cpp: text src/llama-context.cpp cparams.offload_kqv && !model.has_tensor_overrides();
-  // pinned llama.cpp: text src/llama-model.cpp pimpl->has_tensor_overrides = params.tensor_buft_overrides && params.tensor_buft_overrides[0].pattern;
-  if (!p.pipeline) overrides.push_back({"^tandem\\.no-pipeline$", ggml_backend_cpu_buffer_type()});
-  if (!overrides.empty()) {
-    overrides.push_back({nullptr, nullptr});
-    mp.tensor_buft_overrides = overrides.data();
-  }
+  TANDEM_RETURN_IF_ERROR(set_layer_split(p, devices->size(), n_layer, split, mp));
+  std::vector<llama_model_tensor_buft_override> overrides = tensor_overrides(p, devices.value());
+  if (!overrides.empty()) mp.tensor_buft_overrides = overrides.data();
   std::function<bool(float)> progress = o.progress;
   if (progress) {
     mp.progress_callback = [](float f, void* user) { return (*static_cast<std::function<bool(float)>*>(user))(f); };
     mp.progress_callback_user_data = &progress;
   }
-  // The device of layer 0, when it is a worker's, gathers the token embedding's rows itself
-  // (datapath/worker_embedding.h).
-  ggml_backend_dev_t embedding_device = nullptr;
-  if (p.embedding_on_worker && p.cpu_layers == 0 && !p.tensor_parallel()) {
-    for (size_t i = 0; i < p.device_layers.size() && i < devices->size(); ++i) {
-      if (p.device_layers[i] == 0) continue;
-      if (datapath::is_rpc_device(devices.value()[i])) embedding_device = devices.value()[i];
-      break;
-    }
-  }
+  ggml_backend_dev_t embedding_device = embedding_device_of(p, devices.value());
   const bool cached = !p.cache_listings.empty() && !p.device_layers.empty() && !p.tensor_parallel();
   if (cached) {
-    CachedUploadPlan cp;
-    cp.model = o.model;
-    long local = 0;
-    for (ggml_backend_dev_t d : devices.value()) local += datapath::is_rpc_device(d) ? 0 : 1;
-    const long remote = static_cast<long>(devices->size()) - local;
-    if (p.workers_first) {
-      cp.first_layer = p.cpu_layers;
-      cp.end_layer = p.cpu_layers + std::accumulate(p.device_layers.begin(), p.device_layers.begin() + remote, 0);
-      cp.output_remote = local == 0;
-    } else {
-      cp.first_layer = p.cpu_layers + std::accumulate(p.device_layers.begin(), p.device_layers.begin() + local, 0);
-      cp.output_remote = remote > 0 && !(local > 0 && p.output_on_head);
-    }
-    for (const auto& [endpoint, file] : p.cache_listings) {
-      auto listing = read_cache_listing(file);
-      if (!listing.is_ok()) return listing.status().with_context("RPC server " + endpoint);
-      cp.listings[endpoint] = std::move(listing.value());
-    }
-    cp.embedding_remote = embedding_device != nullptr;
-    cp.hash_memo_dir = default_hash_memo_dir();
-    cp.file_read = reads_file(p, device_list);
-    TANDEM_RETURN_IF_ERROR(start_cached_uploads(cp));
+    TANDEM_RETURN_IF_ERROR(start_cached_loads(o, devices.value(), device_list.value(), embedding_device != nullptr));
   }
   ModelPtr model(llama_model_load_from_file(o.model.c_str(), mp));
   if (model && cached) complete_skipped_reads();
-  if (model && embedding_device != nullptr) {
-    // Before the cached uploads end: the table is one more weight the worker may hold.
-    const auto [table, has_output] = token_embedding(model.get());
-    auto moved = datapath::move_embedding_to_worker(table, has_output, embedding_device);
-    if (moved.is_ok()) model.get_deleter().worker_embedding = moved->buffer;
-    const std::string dev = ggml_backend_dev_name(embedding_device);
-    if (!moved.is_ok()) {
-      log::warn("engine", "token embedding stays on the head, which sends each batch's rows instead: " +
-                              moved.status().message() +
-                              " (the plan counts it there: check the worker's free memory against `tandem plan`)");
-    } else if (!moved->moved) {
-      log::info("engine", "token embedding stays on the head: " + moved->why_not);
-    } else {
-      log::info("engine", "token embedding (" + format_bytes(moved->bytes) + ") on " + dev +
-                              ", which gathers each batch's rows from the token ids");
-    }
-  }
-  if (cached) {
-    const CachedUploadStats st = finish_cached_uploads();
-    char line[320];
-    std::snprintf(line, sizeof line,
-                  "%llu weights (%.2f GiB) loaded from the workers' caches, %llu sent whole; hashing ran %.1f s (%llu "
-                  "hashes remembered)",
-                  static_cast<unsigned long long>(st.markers), static_cast<double>(st.marker_bytes) / (1ull << 30),
-                  static_cast<unsigned long long>(st.fallbacks), st.hash_s,
-                  static_cast<unsigned long long>(st.remembered));
-    std::string said = line;
-    if (st.reads_skipped > 0) {
-      std::snprintf(
-          line, sizeof line, "; without mmap, %llu of libllama's reads skipped (%.2f GiB the head did not read)",
-          static_cast<unsigned long long>(st.reads_skipped), static_cast<double>(st.bytes_not_read) / (1ull << 30));
-      said += line;
-      if (st.reads_completed > 0) {
-        said += ", " + std::to_string(st.reads_completed) + " of them made after all (sent whole)";
-      }
-    }
-    log::info("engine", said);
-  }
+  if (model && embedding_device != nullptr) move_embedding(model, embedding_device);
+  if (cached) finish_cached_loads();
   if (!model) return Status::invalid_argument(with_llama_reason(o.model + ": loading the model failed"));
   return model;
 }
