@@ -1,8 +1,9 @@
 // Bounded load on loopback against tandem-split (head + one local worker, the tiny model):
 // N clients send chat and completion requests, streaming and not, for a fixed time. Every request
 // must get 200 (a stream ending in [DONE]), or 429/503 with Retry-After; none may hang or be lost;
-// the gateway's and the engine's resident memory may not grow by 5 % or more after warm-up, and
-// the engine may not restart. Load.Short runs in ctest (16 clients, 20 s); `make load` runs
+// the gateway's resident memory and the engine's less its prompt cache's bytes may not grow by
+// 5 % or more after warm-up (half the run), the cache (4 MiB, full and evicting) must stay within
+// its bound, and the engine may not restart. Load.Short runs in ctest (16 clients, 20 s); `make load` runs
 // Load.DISABLED_Full (64 clients, 5 min; TANDEM_LOAD_CLIENTS / TANDEM_LOAD_SECONDS override).
 #include <httplib.h>
 
@@ -139,14 +140,16 @@ uint64_t median_between(const std::vector<Sample>& s, double from, double to, F 
   return v[v.size() / 2];
 }
 
-// Growth in percent from the warm-up window (20-30 % of the run) to the last tenth.
+// Growth in percent from the tenth after the first half of the run (a warm-up in which the heap
+// and the cache reach their size: a step of ~3 MiB in the engine came as late as 30 % of a run)
+// to the last tenth. A leak grows all along; this sees 40 % of it.
 struct Growth {
   uint64_t warm = 0, end = 0;
   double percent() const { return warm ? 100.0 * (double(end) - double(warm)) / double(warm) : 0; }
 };
 template <typename F>
 Growth growth(const std::vector<Sample>& s, F field) {
-  return {median_between(s, 0.2, 0.3, field), median_between(s, 0.9, 1.01, field)};
+  return {median_between(s, 0.5, 0.6, field), median_between(s, 0.9, 1.01, field)};
 }
 
 void run_load(int clients, int seconds, bool check_memory) {
@@ -154,10 +157,16 @@ void run_load(int clients, int seconds, bool check_memory) {
   // Fewer admitted requests than clients, so that the 503 path is part of the run.
   std::vector<std::string> serve_args = {"--max-in-flight", std::to_string(clients * 3 / 4)};
   // TANDEM_LOAD_SERVE_ARGS: more flags for serve, e.g. "--prompt-cache 0" for a run without the cache.
-  if (const char* extra = std::getenv("TANDEM_LOAD_SERVE_ARGS")) {
+  const char* extra = std::getenv("TANDEM_LOAD_SERVE_ARGS");
+  if (extra != nullptr) {
     std::istringstream words(extra);
     for (std::string w; words >> w;) serve_args.push_back(w);
   }
+  // A prompt cache small enough to reach its bound within the first seconds, so that the run
+  // saves, restores and evicts states throughout (the default 8 GiB would only fill) and the
+  // engine's memory can be judged with the cache at its bound.
+  if (extra == nullptr || std::string(extra).find("--prompt-cache") == std::string::npos)
+    serve_args.insert(serve_args.end(), {"--prompt-cache", "4MiB"});
   LocalCluster cluster(dir, 1, serve_args);
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
   httplib::Client hc("127.0.0.1", cluster.port());
@@ -215,12 +224,12 @@ void run_load(int clients, int seconds, bool check_memory) {
                 (unsigned long long)t.lost, (unsigned long long)t.incomplete_streams, percentile(t.latencies, 0.5),
                 percentile(t.latencies, 0.99));
   report << line;
-  std::snprintf(
-      line, sizeof line,
-      "RSS after warm-up -> at the end: gateway %.1f -> %.1f MiB (%+.1f %%), engine %.1f -> %.1f MiB (%+.1f %%); "
-      "engine restarts %d\n",
-      gw.warm / 1024.0, gw.end / 1024.0, gw.percent(), en.warm / 1024.0, en.end / 1024.0, en.percent(),
-      h1["engine"]["restarts"].get<int>() - restarts0);
+  std::snprintf(line, sizeof line,
+                "RSS after warm-up (half the run) -> at the end: gateway %.1f -> %.1f MiB (%+.1f %%), engine %.1f -> "
+                "%.1f MiB (%+.1f %%); "
+                "engine restarts %d\n",
+                gw.warm / 1024.0, gw.end / 1024.0, gw.percent(), en.warm / 1024.0, en.end / 1024.0, en.percent(),
+                h1["engine"]["restarts"].get<int>() - restarts0);
   report << line;
   std::snprintf(line, sizeof line,
                 "prompt cache in the head (its own figure): %.1f -> %.1f MiB, %llu -> %llu states (bound %.0f MiB a "
