@@ -12,6 +12,8 @@
 namespace tandem::datapath {
 namespace {
 
+// The hook libc's fread runs: process-wide, like the hook table of datapath/interpose.cpp, because
+// fread carries no context to find its caller's load by; set only while a load runs.
 std::atomic<FileReadHook> g_hook{nullptr};
 
 using FreadFn = size_t (*)(void*, size_t, size_t, FILE*);

@@ -94,10 +94,11 @@ Result<std::unique_ptr<PromptCache>> PromptCache::create(PromptCacheOptions opti
   return std::unique_ptr<PromptCache>(new PromptCache(std::move(options)));
 }
 
-PromptCache::PromptCache(uint64_t max_bytes, std::function<void(SavedState&)> on_drop)
-    : PromptCache(PromptCacheOptions{max_bytes, "", 0, std::move(on_drop), {}}) {}
+PromptCache::PromptCache(uint64_t max_bytes, StateShares* shares)
+    : PromptCache(PromptCacheOptions{max_bytes, "", 0, shares}) {}
 
-PromptCache::PromptCache(PromptCacheOptions options) : o_(std::move(options)) {}
+PromptCache::PromptCache(PromptCacheOptions options)
+    : o_(std::move(options)), shares_(o_.shares != nullptr ? o_.shares : &whole_) {}
 
 PromptCache::~PromptCache() { clear(); }
 
@@ -139,14 +140,14 @@ bool PromptCache::fits_alone(const SavedState& s, uint64_t bound) const {
 void PromptCache::release(Iter it) {
   account(it->state, it->on_disk, false);
   if (it->on_disk) std::remove(path(it->state).c_str());
-  if (o_.on_drop) o_.on_drop(it->state);
+  shares_->drop(it->state);
   entries_.erase(it);
 }
 
 void PromptCache::put(std::vector<int32_t> tokens, SavedState state) {
   if (!enabled() || tokens.empty() || !fits_alone(state, o_.max_bytes)) {
     if (enabled() && !tokens.empty()) ++stats_.evictions;
-    if (o_.on_drop) o_.on_drop(state);
+    shares_->drop(state);
     return;
   }
   for (auto it = entries_.begin(); it != entries_.end();) {
@@ -186,7 +187,7 @@ bool PromptCache::spill(Entry& e) {
     log::warn("engine", "prompt cache: could not write a state to " + o_.disk_dir + "; it is dropped instead");
     return false;
   }
-  if (o_.on_spill) o_.on_spill(e.state);
+  shares_->spill(e.state);
   account(e.state, false, false);
   account(e.state, true, true);
   e.state.buffer.reset();

@@ -1,8 +1,10 @@
 // The engine's prompt cache: sequence states of prompts that left their slot, kept so that a
 // returning conversation restores its prefix instead of evaluating it again. An index of token
 // sequences to saved states, least recently used out first, bounded in bytes on every node: the
-// head's part of the states in the head's memory, and each worker's part (datapath/kv_shares.h) in
-// that worker's. Private to the engine; the scheduler's decode thread is its only user.
+// head's part of the states in the head's memory, and each worker's part in that worker's. The
+// cache reaches the nodes that keep parts of its states only through its own interface,
+// StateShares (the head's data path implements it: engine/worker_shares.h). Private to the engine;
+// the scheduler's decode thread is its only user.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "datapath/kv_shares.h"
+#include "datapath/kv_shares.h"  // StateHole, WorkerShare: what a state's parts are
 #include "engine/protocol.h"
 
 namespace tandem::engine {
@@ -48,6 +50,45 @@ struct SavedState {
   uint64_t worker_bytes() const;  // what the workers hold, together
 };
 
+// Where the parts of the cache's states that other nodes keep are made, restored, dropped and
+// spilled: the prompt cache's one way to the data path, owned here. The head's data path implements
+// it over the tandem workers (engine/worker_shares.h, datapath/kv_shares.h); WholeStates, where
+// there is none, keeps every state whole in the head's memory. The decode thread is its only caller.
+class StateShares {
+ public:
+  virtual ~StateShares() = default;
+  // Runs `write`, which has llama.cpp write a state into `state.buffer` (`state.size` bytes): the
+  // regions other nodes keep stay there under `state.key`, and are listed in `state.holes` and
+  // `state.shares`, also on error. An error names a node that did not keep all of its part; the
+  // caller then drops the state's parts (drop) and keeps nothing.
+  virtual Status save(SavedState& state, const std::function<void()>& write) = 0;
+  // Runs `read`, which has llama.cpp read `state` from its buffer, the nodes' parts from where they
+  // keep them. Errors: a node no longer holds its part whole (`read` then does not run), or did not
+  // restore all of it. The parts stay where they are; the caller drops them after.
+  virtual Status restore(const SavedState& state, const std::function<void()>& read) = 0;
+  // Frees what other nodes keep of `state`.
+  virtual void drop(const SavedState& state) = 0;
+  // `state` goes to the disk tier: the nodes move their parts to their disks (one without a disk
+  // tier drops its part; the restore then finds it gone).
+  virtual void spill(const SavedState& state) = 0;
+};
+
+// Every state whole in the head's memory: llama.cpp reads and writes all of it, over the link
+// where the KV lies on RPC servers.
+class WholeStates final : public StateShares {
+ public:
+  Status save(SavedState&, const std::function<void()>& write) override {
+    write();
+    return Status::ok();
+  }
+  Status restore(const SavedState&, const std::function<void()>& read) override {
+    read();
+    return Status::ok();
+  }
+  void drop(const SavedState&) override {}
+  void spill(const SavedState&) override {}
+};
+
 struct PromptCacheOptions {
   uint64_t max_bytes = 0;  // memory on each node; 0: the cache is off
   // A folder for states that memory no longer holds ("" = none: they are dropped), bounded on
@@ -55,15 +96,15 @@ struct PromptCacheOptions {
   // spill folder (datapath/kv_share_store.h). One head per folder: it is emptied at start.
   std::string disk_dir;
   uint64_t disk_max_bytes = 0;
-  std::function<void(SavedState&)> on_drop;   // a state leaves the cache (not through take()): free the workers' shares
-  std::function<void(SavedState&)> on_spill;  // a state goes to disk: the workers spill their shares
+  // The nodes' parts of the states (borrowed: it outlives the cache); null: WholeStates.
+  StateShares* shares = nullptr;
 };
 
 class PromptCache {
  public:
   // Errors: the disk folder cannot be created.
   static Result<std::unique_ptr<PromptCache>> create(PromptCacheOptions options);
-  explicit PromptCache(uint64_t max_bytes, std::function<void(SavedState&)> on_drop = {});
+  explicit PromptCache(uint64_t max_bytes, StateShares* shares = nullptr);
   ~PromptCache();
   PromptCache(const PromptCache&) = delete;
   PromptCache& operator=(const PromptCache&) = delete;
@@ -94,6 +135,12 @@ class PromptCache {
   // memory holds none.
   bool evict_one();
 
+  // Through what the slots save and restore the states they put and take.
+  StateShares& shares() { return *shares_; }
+  // A state the cache does not keep (taken and restored, or not; or never put): what other nodes
+  // keep of it is freed.
+  void discard(const SavedState& state) { shares_->drop(state); }
+
   // After a restore: `n` prompt tokens were not evaluated; or the restore failed.
   void count_restored(size_t n) { stats_.restored_tokens += n; }
   void count_failed_restore() { ++stats_.failed_restores; }
@@ -117,7 +164,9 @@ class PromptCache {
   std::string path(const SavedState& s) const;
 
   const PromptCacheOptions o_;
-  std::list<Entry> entries_;  // most recently used first
+  WholeStates whole_;
+  StateShares* const shares_;  // o_.shares, or whole_
+  std::list<Entry> entries_;   // most recently used first
   PromptCacheStats stats_;
 };
 

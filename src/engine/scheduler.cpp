@@ -76,7 +76,8 @@ void Scheduler::BatchDeleter::operator()(llama_batch* b) const {
   delete b;
 }
 
-Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const SchedulerOptions& o) {
+Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const SchedulerOptions& o,
+                                                     StateShares* shares) {
   if (o.parallel < 1 || o.parallel > 256)
     return Status::invalid_argument("parallel must be in [1, 256], got " + std::to_string(o.parallel));
   if (o.context < 16)
@@ -90,8 +91,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
   pco.max_bytes = o.prompt_cache_bytes;
   pco.disk_dir = o.prompt_cache_dir;
   pco.disk_max_bytes = o.prompt_cache_dir_bytes;
-  pco.on_drop = [](SavedState& s) { datapath::drop_shares(s.key, s.shares); };
-  pco.on_spill = [](SavedState& s) { datapath::spill_shares(s.key, s.shares); };
+  pco.shares = shares;
   auto cache = PromptCache::create(std::move(pco));
   if (!cache.is_ok()) return cache.status();
   const int threads = o.threads > 0 ? o.threads : physical_cores();
@@ -324,14 +324,14 @@ void Scheduler::use_prompt_cache(Slot& slot, size_t held_prefix, const std::vect
   if (!found) return;
   const size_t prefix = std::min(cached.prefix, prompt.size() - 1);  // the last prompt token runs again
   std::string why;
-  if (slot.restore_state(ctx_, std::move(cached.tokens), cached.state, &why)) {
+  if (slot.restore_state(ctx_, std::move(cached.tokens), cached.state, prompt_cache_->shares(), &why)) {
     prompt_cache_->count_restored(prefix);
   } else {
     prompt_cache_->count_failed_restore();
     log::warn("engine", "prompt cache: a cached state of " + std::to_string(cached.prefix) +
                             " matching tokens could not be restored (" + why + "); the prompt is evaluated");
   }
-  datapath::drop_shares(cached.state.key, cached.state.shares);
+  prompt_cache_->discard(cached.state);
 }
 
 void Scheduler::save_slot(Slot& slot) {
@@ -341,7 +341,7 @@ void Scheduler::save_slot(Slot& slot) {
   constexpr size_t kMinSavedTokens = 64;
   if (slot.held().size() < kMinSavedTokens) return;
   std::string why;
-  SavedState state = slot.save_state(ctx_, next_state_key_++, &why);
+  SavedState state = slot.save_state(ctx_, next_state_key_++, prompt_cache_->shares(), &why);
   if (state.size == 0) {
     if (!why.empty()) log::warn("engine", "prompt cache: a state was not kept: " + why);
     return;
@@ -353,7 +353,7 @@ void Scheduler::save_slot(Slot& slot) {
     log::warn("engine", "prompt cache: a state of " + format_bytes(state.head_bytes()) +
                             " was not kept: this machine has less than " + format_bytes(kHostMemoryReserve) +
                             " of memory available");
-    datapath::drop_shares(state.key, state.shares);
+    prompt_cache_->discard(state);
     return;
   }
   prompt_cache_->put(slot.held(), std::move(state));

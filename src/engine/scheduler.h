@@ -46,8 +46,8 @@ struct SchedulerOptions {
   // Memory for the prompt cache (engine/prompt_cache.h) on each node: the states of sequences that
   // left their slot idle or were taken over, restored when a later request shares a longer prefix
   // with one than with any slot. 0 turns it off. A tandem worker keeps its part of each state in
-  // its own memory (datapath/kv_shares.h, while a datapath::KvShares lives); through a stock RPC
-  // server a save or restore carries that part over the link.
+  // its own memory when Scheduler::create is given the workers' StateShares
+  // (engine/worker_shares.h); otherwise a save or restore carries that part over the link.
   uint64_t prompt_cache_bytes = 0;
   // A folder for the states memory no longer holds, bounded on each node ("" = none: they are
   // dropped); each tandem worker spills its part into its own spill folder.
@@ -71,8 +71,11 @@ class Scheduler {
   // Creates the context on `model` (borrowed: it must outlive the scheduler) with flash
   // attention and per-sequence KV streams, warms it up (SchedulerOptions::warm_up), and starts the
   // decode thread. Fails with resource_exhausted, naming what was attempted, when the context does
-  // not fit, and with the reason when the warm-up's decode fails (a worker lost, say).
-  static Result<std::unique_ptr<Scheduler>> create(llama_model* model, const SchedulerOptions& options);
+  // not fit, and with the reason when the warm-up's decode fails (a worker lost, say). The prompt
+  // cache saves and restores its states through `shares` (borrowed: it must outlive the scheduler;
+  // null: every state whole in this process's memory, engine/prompt_cache.h).
+  static Result<std::unique_ptr<Scheduler>> create(llama_model* model, const SchedulerOptions& options,
+                                                   StateShares* shares = nullptr);
   ~Scheduler();  // stops the thread; requests still running or waiting get an unavailable error
 
   // Validates `body` (an OpenAI chat or completion request, serialized JSON) and queues it.

@@ -17,8 +17,8 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "datapath/head_session.h"
-#include "datapath/kv_shares.h"
 #include "engine/unix_socket.h"
+#include "engine/worker_shares.h"
 #include "plan/ffn_split.h"
 #include "plan/model_info.h"
 
@@ -135,8 +135,8 @@ class Server {
   ModelPtr model_;                       // written once by the loader, before scheduler_
   // Written by the loader; they outlive scheduler_.
   std::unique_ptr<datapath::HeadSession> datapath_;
-  std::unique_ptr<datapath::KvShares> kv_shares_;
-  std::unique_ptr<Scheduler> scheduler_;  // guarded by mutex_; set once, reset only after the readers are joined
+  std::unique_ptr<WorkerShares> worker_shares_;  // the prompt cache's parts on the tandem workers
+  std::unique_ptr<Scheduler> scheduler_;         // guarded by mutex_; set once, reset only after the readers are joined
   std::vector<std::shared_ptr<Connection>> connections_;  // guarded by mutex_
 };
 
@@ -204,8 +204,8 @@ void Server::load() {
     log::info("engine", "prompt cache off: a tensor split's restored states are not yet exact");
   }
   if (!p.tandem_workers.empty() && scheduler_options.prompt_cache_bytes > 0)
-    kv_shares_ = std::make_unique<datapath::KvShares>(p.tandem_workers);
-  auto scheduler = Scheduler::create(model_.get(), scheduler_options);
+    worker_shares_ = std::make_unique<WorkerShares>(p.tandem_workers);
+  auto scheduler = Scheduler::create(model_.get(), scheduler_options, worker_shares_.get());
   if (!scheduler.is_ok()) return set_failed(scheduler.status().message());
   {
     std::lock_guard<std::mutex> lock(mutex_);

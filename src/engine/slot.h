@@ -27,14 +27,14 @@ class Slot {
   size_t common_prefix(const std::vector<llama_token>& prompt) const;
   // What the slot's KV stream holds (prompt and generated tokens), in position order.
   const std::vector<llama_token>& held() const { return cache_; }
-  // The stream's state as llama.cpp serialises one sequence, named `key`: the parts in a tandem
-  // worker's KV stay on that worker (datapath/kv_shares.h). Size 0 when the slot holds nothing or
-  // the save fails (the reason in `why`, when given); nothing is then left on the workers.
-  SavedState save_state(llama_context* ctx, uint64_t key, std::string* why = nullptr) const;
-  // Replaces what the free slot's stream holds by `state`, a sequence that held `tokens`. False,
-  // with the stream left empty, when llama.cpp refuses the state or a worker no longer holds its
-  // part (the reason in `why`). The workers' parts stay; the caller drops them.
-  bool restore_state(llama_context* ctx, std::vector<llama_token> tokens, const SavedState& state,
+  // The stream's state as llama.cpp serialises one sequence, named `key`, saved through `shares`
+  // (the parts other nodes keep stay there). Size 0 when the slot holds nothing or the save fails
+  // (the reason in `why`, when given); nothing is then left on the other nodes.
+  SavedState save_state(llama_context* ctx, uint64_t key, StateShares& shares, std::string* why = nullptr) const;
+  // Replaces what the free slot's stream holds by `state`, a sequence that held `tokens`, restored
+  // through `shares`. False, with the stream left empty, when llama.cpp refuses the state or a node
+  // no longer holds its part (the reason in `why`). The nodes' parts stay; the caller drops them.
+  bool restore_state(llama_context* ctx, std::vector<llama_token> tokens, const SavedState& state, StateShares& shares,
                      std::string* why = nullptr);
   // Whether what the stream holds now was offered to the prompt cache (kept or not) since it last
   // changed.

@@ -1,12 +1,11 @@
 // Saving and restoring a slot's sequence state for the prompt cache.
 #include "common/host_memory.h"
-#include "datapath/kv_shares.h"
 #include "engine/slot.h"
 #include "llama.h"
 
 namespace tandem::engine {
 
-SavedState Slot::save_state(llama_context* ctx, uint64_t key, std::string* why) const {
+SavedState Slot::save_state(llama_context* ctx, uint64_t key, StateShares& shares, std::string* why) const {
   if (cache_.empty()) return {};
   const size_t size = llama_state_seq_get_size(ctx, seq_id_);
   auto buf = std::make_unique<StateBuffer>(size);
@@ -14,25 +13,23 @@ SavedState Slot::save_state(llama_context* ctx, uint64_t key, std::string* why) 
     if (why != nullptr) *why = "no address space for a state of " + std::to_string(size) + " bytes";
     return {};
   }
-  datapath::ShareSave share(key, buf->data(), size);
-  const size_t n = llama_state_seq_get_data(ctx, buf->data(), size, seq_id_);
-  const Status kept = share.finish();
+  SavedState out;
+  out.key = key;
+  out.size = size;
+  out.buffer = std::move(buf);
+  size_t n = 0;
+  const Status kept = shares.save(out, [&] { n = llama_state_seq_get_data(ctx, out.buffer->data(), size, seq_id_); });
   if (n == 0 || !kept.is_ok()) {
-    datapath::drop_shares(key, share.shares());
+    shares.drop(out);
     if (why != nullptr) *why = n == 0 ? "llama.cpp could not serialise the sequence" : kept.message();
     return {};
   }
-  SavedState out;
-  out.key = key;
   out.size = n;
-  out.buffer = std::move(buf);
-  out.holes = share.holes();
-  out.shares = share.shares();
   return out;
 }
 
 bool Slot::restore_state(llama_context* ctx, std::vector<llama_token> tokens, const SavedState& state,
-                         std::string* why) {
+                         StateShares& shares, std::string* why) {
   llama_memory_t mem = llama_get_memory(ctx);
   llama_memory_seq_rm(mem, seq_id_, -1, -1);
   cache_.clear();
@@ -44,10 +41,14 @@ bool Slot::restore_state(llama_context* ctx, std::vector<llama_token> tokens, co
   };
   if (tokens.size() > static_cast<size_t>(n_ctx_)) return fail("the state is longer than a slot's context");
   if (state.buffer == nullptr || state.buffer->size() < state.size) return fail("the state has no bytes");
-  datapath::ShareRestore share(state.key, state.shares, state.buffer->data(), state.size);
-  if (Status held = share.check(); !held.is_ok()) return fail(held.message());
-  const size_t n = llama_state_seq_set_data(ctx, state.buffer->data(), state.size, seq_id_);
-  const Status restored = share.finish();
+  bool read = false;
+  size_t n = 0;
+  const Status restored = shares.restore(state, [&] {
+    read = true;
+    n = llama_state_seq_set_data(ctx, state.buffer->data(), state.size, seq_id_);
+  });
+  // A node no longer holds its part: nothing was read.
+  if (!read) return fail(restored.is_ok() ? "the state was not read" : restored.message());
   if (n != state.size) return fail("llama.cpp refused the state");
   if (!restored.is_ok()) return fail(restored.message());
   cache_ = std::move(tokens);

@@ -7,10 +7,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include "fake_shares.h"
 #include "test_util.h"
 
 namespace tandem::engine {
 namespace {
+
+using testing::FakeShares;
 
 std::vector<int32_t> seq(int32_t first, size_t n) {
   std::vector<int32_t> t(n);
@@ -96,51 +99,52 @@ TEST(PromptCache, ZeroBytesTurnsItOff) {
 
 // Each worker's shares count against the bound on that worker, and only there: a state that
 // would take one worker past it evicts the least recently used, and every state that leaves the
-// cache but through take() reaches the drop callback, so that its workers free their shares.
+// cache but through take() is dropped through its StateShares, so that its workers free their shares.
 TEST(PromptCache, EachWorkersSharesAreBoundedOnThatWorkerAndDroppedWithTheirState) {
-  std::vector<uint64_t> dropped;
-  PromptCache c(250, [&](SavedState& s) { dropped.push_back(s.key); });
+  FakeShares shares;
+  PromptCache c(250, &shares);
+  const auto dropped = [&] { return shares.dropped(); };
   c.put(seq(0, 10), state(50, 1, {{"b:1", 100}}));
   c.put(seq(100, 10), state(50, 2, {{"c:1", 200}}));
   EXPECT_EQ(c.stats().bytes, 100u);
   EXPECT_EQ(c.stats().worker_bytes, 300u) << "each worker within its own bound";
   EXPECT_EQ(c.stats().per_worker.at("b:1"), 100u);
   EXPECT_EQ(c.stats().per_worker.at("c:1"), 200u);
-  EXPECT_TRUE(dropped.empty());
+  EXPECT_TRUE(dropped().empty());
   c.put(seq(200, 10), state(50, 3, {{"b:1", 100}}));  // b holds 200 of 250: nothing goes
   EXPECT_EQ(c.stats().entries, 3u);
   // c would hold 300: the least recently used go until it fits, whoever holds them (b's first).
   c.put(seq(300, 10), state(50, 4, {{"c:1", 100}}));
-  EXPECT_EQ(dropped, std::vector<uint64_t>({1, 2}));
+  EXPECT_EQ(dropped(), std::vector<uint64_t>({1, 2}));
   c.put(seq(400, 10), state(50, 5, {{"c:1", 100}}));
-  EXPECT_EQ(dropped, std::vector<uint64_t>({1, 2})) << "c holds 200 of 250";
+  EXPECT_EQ(dropped(), std::vector<uint64_t>({1, 2})) << "c holds 200 of 250";
   EXPECT_EQ(c.stats().per_worker.count("b:1"), 1u);
   EXPECT_EQ(c.stats().per_worker.at("c:1"), 200u);
   EXPECT_EQ(c.stats().evictions, 2u);
   // A state one worker could never hold is not kept; its shares are dropped at once.
   c.put(seq(500, 10), state(10, 6, {{"b:1", 251}}));
-  EXPECT_EQ(dropped.back(), 6u);
-  // Taken states are the caller's: they do not reach the callback.
+  EXPECT_EQ(dropped().back(), 6u);
+  // Taken states are the caller's: they are not dropped.
   PromptCache::Taken t;
   ASSERT_TRUE(c.take(seq(400, 10), 0, &t));
   EXPECT_EQ(t.state.key, 5u);
   EXPECT_EQ(t.state.worker_bytes(), 100u);
-  EXPECT_EQ(dropped.back(), 6u);
+  EXPECT_EQ(dropped().back(), 6u);
   // A longer state of a conversation replaces the shorter one, whose shares are dropped.
   c.put(seq(200, 20), state(50, 7, {{"b:1", 10}}));
-  EXPECT_EQ(dropped.back(), 3u);
+  EXPECT_EQ(dropped().back(), 3u);
   EXPECT_EQ(c.stats().saves, 6u) << "the state not kept is not counted";
   EXPECT_EQ(c.stats().saved_worker_bytes, 100u + 200 + 100 + 100 + 100 + 10);
 }
 
 TEST(PromptCache, WhatIsStillHeldIsDroppedWhenTheCacheGoes) {
-  std::vector<uint64_t> dropped;
+  FakeShares shares;
   {
-    PromptCache c(1000, [&](SavedState& s) { dropped.push_back(s.key); });
+    PromptCache c(1000, &shares);
     c.put(seq(0, 10), state(50, 1, {{"b:1", 100}}));
     c.put(seq(100, 10), state(50, 2));
   }
-  EXPECT_EQ(dropped.size(), 2u);
+  EXPECT_EQ(shares.dropped().size(), 2u);
 }
 
 // A state with a real buffer: `head` bytes of a pattern on the head around one hole of `worker`
@@ -178,13 +182,14 @@ TEST(PromptCache, StatesMemoryCannotHoldGoToDiskAndComeBackWhole) {
   const std::string disk = dir.file("prompts");
   std::filesystem::create_directories(disk);
   std::ofstream(disk + "/999-1.state") << "an earlier engine's state";
-  std::vector<uint64_t> dropped, spilled;
+  FakeShares shares;
+  const auto dropped = [&] { return shares.dropped(); };
+  const auto spilled = [&] { return shares.spilled(); };
   PromptCacheOptions o;
   o.max_bytes = 5000;  // one state of 3000 head bytes in memory
   o.disk_dir = disk;
   o.disk_max_bytes = 5000;  // and one on disk (each state: 4000 on the worker)
-  o.on_drop = [&](SavedState& s) { dropped.push_back(s.key); };
-  o.on_spill = [&](SavedState& s) { spilled.push_back(s.key); };
+  o.shares = &shares;
   auto made = PromptCache::create(o);
   ASSERT_TRUE(made.is_ok()) << made.status().to_string();
   PromptCache& c = *made.value();
@@ -192,8 +197,8 @@ TEST(PromptCache, StatesMemoryCannotHoldGoToDiskAndComeBackWhole) {
 
   c.put(seq(0, 10), buffered(3000, 4000, 1));
   c.put(seq(100, 10), buffered(3000, 4000, 2));  // 1 goes to disk
-  EXPECT_EQ(spilled, std::vector<uint64_t>({1}));
-  EXPECT_TRUE(dropped.empty());
+  EXPECT_EQ(spilled(), std::vector<uint64_t>({1}));
+  EXPECT_TRUE(dropped().empty());
   PromptCacheStats st = c.stats();
   EXPECT_EQ(st.bytes, 3000u);
   EXPECT_EQ(st.disk_bytes, 3000u);
@@ -204,8 +209,8 @@ TEST(PromptCache, StatesMemoryCannotHoldGoToDiskAndComeBackWhole) {
   EXPECT_EQ(files_in(disk), 1u);
 
   c.put(seq(200, 10), buffered(3000, 4000, 3));  // 2 to disk, where 1 makes room for it
-  EXPECT_EQ(spilled, std::vector<uint64_t>({1, 2}));
-  EXPECT_EQ(dropped, std::vector<uint64_t>({1}));
+  EXPECT_EQ(spilled(), std::vector<uint64_t>({1, 2}));
+  EXPECT_EQ(dropped(), std::vector<uint64_t>({1}));
   EXPECT_EQ(c.stats().evictions, 1u);
   EXPECT_EQ(c.stats().entries, 2u);
   EXPECT_EQ(files_in(disk), 1u) << "the dropped state's file went with it";
@@ -227,21 +232,21 @@ TEST(PromptCache, StatesMemoryCannotHoldGoToDiskAndComeBackWhole) {
   ASSERT_EQ(files_in(disk), 1u);
   for (const auto& e : std::filesystem::directory_iterator(disk)) std::filesystem::remove(e.path());
   EXPECT_FALSE(c.take(seq(300, 10), 0, &t));
-  EXPECT_EQ(dropped.back(), 4u);
+  EXPECT_EQ(dropped().back(), 4u);
   EXPECT_EQ(c.stats().failed_restores, 1u);
 }
 
 TEST(PromptCache, WithoutADiskTierStatesLeavingMemoryAreDropped) {
-  std::vector<uint64_t> dropped;
+  FakeShares shares;
   PromptCacheOptions o;
   o.max_bytes = 5000;
-  o.on_drop = [&](SavedState& s) { dropped.push_back(s.key); };
-  o.on_spill = [&](SavedState&) { ADD_FAILURE() << "spilled without a disk tier"; };
+  o.shares = &shares;
   auto c = PromptCache::create(o);
   ASSERT_TRUE(c.is_ok());
   c.value()->put(seq(0, 10), buffered(3000, 100, 1));
   c.value()->put(seq(100, 10), buffered(3000, 100, 2));
-  EXPECT_EQ(dropped, std::vector<uint64_t>({1}));
+  EXPECT_EQ(shares.dropped(), std::vector<uint64_t>({1}));
+  EXPECT_TRUE(shares.spilled().empty()) << "spilled without a disk tier";
   EXPECT_EQ(c.value()->stats().max_disk_bytes, 0u);
 }
 

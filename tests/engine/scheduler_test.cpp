@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 
 #include "engine/model_loader.h"
 #include "event_collector.h"
+#include "fake_shares.h"
 #include "ggml.h"
 #include "synth/presets.h"
 #include "synth/writer.h"
@@ -55,7 +57,7 @@ class SchedulerTest : public ::testing::Test {
   }
 
   static std::unique_ptr<Scheduler> make(int parallel, int context = 256, bool warm_up = true,
-                                         uint64_t prompt_cache_bytes = 0) {
+                                         uint64_t prompt_cache_bytes = 0, StateShares* shares = nullptr) {
     SchedulerOptions o;
     o.prompt_cache_bytes = prompt_cache_bytes;
     o.parallel = parallel;
@@ -63,7 +65,7 @@ class SchedulerTest : public ::testing::Test {
     o.warm_up = warm_up;
     o.threads = 1;            // the test machine's two cores are shared: spinning thread pools would crawl
     o.max_prompt_chunk = 32;  // below flash attention's 64-row tile: see docs/engine-protocol.md
-    auto s = Scheduler::create(model_, o);
+    auto s = Scheduler::create(model_, o, shares);
     EXPECT_TRUE(s.is_ok()) << s.status().to_string();
     return s.is_ok() ? std::move(s.value()) : nullptr;
   }
@@ -201,6 +203,53 @@ TEST_F(SchedulerTest, AReturningConversationRestoresItsPrefixFromThePromptCache)
     EXPECT_GT(c.bytes, 0u);
     EXPECT_LE(c.bytes, c.max_bytes);
     EXPECT_EQ(c.worker_bytes, 0u) << "no worker here";
+  }
+}
+
+// The prompt cache saves and restores its states through the StateShares it is given
+// (engine/prompt_cache.h), here a fake node that keeps the first bytes of each: a returning
+// conversation's state comes back from it whole and gives the tokens of a fresh prefill; a state
+// the node no longer holds is not restored (the prompt is evaluated again, to the same tokens); and
+// every state saved is dropped through it once, after its restore or with the cache.
+TEST_F(SchedulerTest, ThePromptCacheSavesAndRestoresThroughItsStateShares) {
+  std::string a = "Alice asks:", b = "Bob says:";
+  for (int i = 0; i < 30; ++i) a += " the quick brown fox", b += " a lazy dog sleeps";
+  constexpr uint64_t kKept = 4096;
+  for (bool node_restarted : {false, true}) {
+    SCOPED_TRACE(node_restarted ? "the node lost a's state" : "the node holds a's state");
+    testing::FakeShares shares(kKept);
+    {
+      auto s = make(1, 512, true, uint64_t{64} << 20, &shares);
+      ASSERT_TRUE(s);
+      const EngineEvent first = run(*s, "a1", RequestKind::completion, greedy(a, 8));
+      ASSERT_EQ(first.type, EngineEvent::Type::done);
+      settled(*s, 1);
+      ASSERT_EQ(run(*s, "b1", RequestKind::completion, greedy(b, 8)).type, EngineEvent::Type::done);
+      const PromptCacheStats held = settled(*s, 2);
+      EXPECT_EQ(held.per_worker.at("fake:1"), 2 * kKept) << "a's and b's parts, on the node";
+      EXPECT_EQ(shares.held(), 2u);
+      if (node_restarted) shares.forget(1);  // a's state: the first key
+      const EngineEvent again = run(*s, "a2", RequestKind::completion, greedy(a, 8));
+      ASSERT_EQ(again.type, EngineEvent::Type::done) << again.message;
+      EXPECT_EQ(again.tokens, first.tokens);
+      const PromptCacheStats c = settled(*s, 3);
+      EXPECT_EQ(shares.restores(), 1u);
+      if (node_restarted) {
+        EXPECT_LE(again.usage.cached_tokens, 1);
+        EXPECT_EQ(c.failed_restores, 1u);
+      } else {
+        EXPECT_EQ(again.usage.cached_tokens, first.usage.prompt_tokens - 1);
+        EXPECT_EQ(c.failed_restores, 0u);
+      }
+      EXPECT_EQ(c.per_worker.at("fake:1"), 2 * kKept) << "b's part, and a's saved again";
+      EXPECT_EQ(shares.dropped(), std::vector<uint64_t>({1})) << "a's first state, once taken";
+    }
+    EXPECT_EQ(shares.saves(), 3u);
+    std::vector<uint64_t> dropped = shares.dropped();
+    std::sort(dropped.begin(), dropped.end());
+    EXPECT_EQ(dropped, std::vector<uint64_t>({1, 2, 3})) << "the cache's states went with it";
+    EXPECT_EQ(shares.held(), 0u);
+    EXPECT_TRUE(shares.spilled().empty());
   }
 }
 

@@ -1,4 +1,4 @@
-// The prompt cache over a split (datapath/kv_shares.h): with a tandem worker behind a forwarder,
+// The prompt cache over a split (engine/worker_shares.h, datapath/kv_shares.h): with a tandem worker behind a forwarder,
 // each saved state's worker layers stay in the worker's memory, so a save or a restore moves a few
 // markers over the link instead of that KV; a returning conversation restores its prefix and gets
 // the tokens its first, freshly evaluated turn got. Through a stock RPC path (no shares) the same
@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "datapath/kv_shares.h"
 #include "engine/event_collector.h"
 #include "engine/model_loader.h"
 #include "engine/scheduler.h"
+#include "engine/worker_shares.h"
 #include "synth/presets.h"
 #include "synth/writer.h"
 #include "worker_env.h"
@@ -70,15 +70,15 @@ class PromptCacheSplit : public ::testing::Test {
     lo.placement.cpu_weight_repack = false;  // the worker's CPU backend never repacks
     auto model = load_model(lo);
     ASSERT_TRUE(model.is_ok()) << model.status().to_string();
-    std::unique_ptr<datapath::KvShares> on_workers;
-    if (shares) on_workers = std::make_unique<datapath::KvShares>(lo.placement.tandem_workers);
+    std::unique_ptr<WorkerShares> on_workers;
+    if (shares) on_workers = std::make_unique<WorkerShares>(lo.placement.tandem_workers);
     SchedulerOptions so;
     so.parallel = 1;
     so.context = 1024;
     so.threads = 1;
     so.max_prompt_chunk = 32;  // batch-independent sums on the CPU (docs/engine-protocol.md)
     so.prompt_cache_bytes = 64 << 20;
-    auto s = Scheduler::create(model->get(), so);
+    auto s = Scheduler::create(model->get(), so, on_workers.get());
     ASSERT_TRUE(s.is_ok()) << s.status().to_string();
     Scheduler& sched = *s.value();
 
@@ -91,11 +91,12 @@ class PromptCacheSplit : public ::testing::Test {
     ASSERT_EQ(run(sched, "b1", b_).type, EngineEvent::Type::done);
     after_b_ = settled(sched, 2);
     b_bytes_ = link_bytes(f) - before_b;
-    const datapath::KvShareStats shared = datapath::kv_share_stats();
+    const auto restored_so_far = [&] { return on_workers ? on_workers->stats().restored_bytes : 0; };
+    const uint64_t restored_before = restored_so_far();
     const uint64_t before_return = link_bytes(f);
     again_ = run(sched, "a2", a_);
     return_bytes_ = link_bytes(f) - before_return;
-    restored_ = datapath::kv_share_stats().restored_bytes - shared.restored_bytes;
+    restored_ = restored_so_far() - restored_before;
     final_ = settled(sched, 3);  // a's state saved again once a2 ended
     // The same request once more: the slot holds a already, so nothing is restored; what it moves
     // is the request's own (its last prompt token, 8 decode steps).
