@@ -244,7 +244,11 @@ TEST_F(ApiServerTest, PerKeyConcurrencyGives429) {
   auto first = std::async(std::launch::async, [&] {
     return other.Post("/v1/chat/completions", auth(limited), chat().dump(), "application/json");
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The first holds the key's one slot once it reached the backend (submit follows admission).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (backend_.submitted < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(backend_.submitted, 1);
   auto second = post("/v1/chat/completions", chat(), limited);
   EXPECT_EQ(second->status, 429);
   EXPECT_FALSE(second->get_header_value("Retry-After").empty());
