@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "common/name_table.h"
+
 namespace tandem::engine {
 namespace {
 
@@ -172,19 +174,9 @@ std::vector<TokenLogprob> logprobs_from(const json& j) {
 
 }  // namespace
 
-std::string_view engine_state_name(EngineState state) {
-  for (const EngineStateName& s : kEngineStateNames) {
-    if (s.state == state) return s.name;
-  }
-  return "?";
-}
+std::string_view engine_state_name(EngineState state) { return name_in(kEngineStateNames, state); }
 
-std::optional<EngineState> engine_state_from_name(std::string_view name) {
-  for (const EngineStateName& s : kEngineStateNames) {
-    if (s.name == name) return s.state;
-  }
-  return std::nullopt;
-}
+std::optional<EngineState> engine_state_from_name(std::string_view name) { return state_in(kEngineStateNames, name); }
 
 const char* wire_code(StatusCode code) {
   switch (code) {

@@ -1,19 +1,11 @@
 #include "gateway/serve_state.h"
 
+#include "common/name_table.h"
+
 namespace tandem::gateway {
 
-std::string_view serve_state_name(ServeState state) {
-  for (const ServeStateName& s : kServeStateNames) {
-    if (s.state == state) return s.name;
-  }
-  return "?";
-}
+std::string_view serve_state_name(ServeState state) { return name_in(kServeStateNames, state); }
 
-std::optional<ServeState> serve_state_from_name(std::string_view name) {
-  for (const ServeStateName& s : kServeStateNames) {
-    if (s.name == name) return s.state;
-  }
-  return std::nullopt;
-}
+std::optional<ServeState> serve_state_from_name(std::string_view name) { return state_in(kServeStateNames, name); }
 
 }  // namespace tandem::gateway
