@@ -17,7 +17,8 @@
 // where it would read the worker's whole share from disk at every start. A skipped read whose
 // buffer does not go out as a marker is read after all, from the same file, before anything uses it.
 // So that the kernel's read-ahead does not read what is skipped, the hook also makes libllama's
-// other reads of the model itself, reading exactly what is asked near a weight to skip.
+// other reads of weights itself, exactly, with a read-ahead of its own that stops where a weight it
+// may skip begins.
 // See docs/worker.md, "The weight cache".
 #pragma once
 

@@ -3,15 +3,18 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <utime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <regex>
 
 #include "common/cached_tensor.h"
+#include "datapath/file_reads.h"
 #include "engine/cached_upload.h"
 #include "engine/generate.h"
 #include "engine/hash_memo.h"
@@ -348,6 +351,76 @@ TEST(Seed, WithoutMmapASeededLoadReadsUnderOnePercentOfTheWorkersShareOnTheHead)
   EXPECT_LE(seeded, others + share / 100)
       << "the worker's share in the head's page cache after the seeded load:" << share_read;
   EXPECT_GE(whole, others + share * 9 / 10);
+}
+
+// A GPU head without mmap (GB10's integrated GPU cannot map files) reads the weights its GPU holds
+// through libllama's staging buffers, 1 MiB at a time, as this test does through the same fread.
+// The kernel ramps its read-ahead up on such a stream and, once started, carries it on through its
+// own marks in random mode too: on an H100 it read 10.6 % of the worker's share. The reads the
+// hook makes stop where a weight it may skip begins, and give the file's bytes.
+TEST(Seed, TheHeadsOwnWeightsReadInStagingPiecesLeaveTheWorkersShareUnread) {
+  ScratchDir dir;
+  const std::string model = write_big_model(dir, true);
+  if (!has_page_cache(model)) GTEST_SKIP() << dir.file("") << " is on tmpfs: nothing is read from a disk";
+  ASSERT_TRUE(datapath::file_read_interposed());
+  const auto info = plan::read_model_info(model);
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  engine::CachedUploadPlan plan;
+  plan.model = model;
+  plan.first_layer = 1;
+  plan.end_layer = 2;
+  plan.hash_memo_dir = dir.file("memo");
+  plan.file_read = true;
+  std::vector<const plan::TensorInfo*> share, own;
+  for (const auto& t : info->tensors) (t.layer == 1 ? share : own).push_back(&t);
+  std::stable_sort(own.begin(), own.end(), [](const auto* a, const auto* b) { return a->bytes > b->bytes; });
+  FILE* stream = std::fopen(model.c_str(), "rb");
+  ASSERT_NE(stream, nullptr);
+  std::vector<uint8_t> piece(1 << 20), expected(1 << 20);
+  // Reads [offset, offset + bytes) as libllama's staged upload does, and checks every piece.
+  auto staged_read = [&](uint64_t offset, uint64_t bytes) {
+    ASSERT_EQ(::fseeko(stream, static_cast<off_t>(offset), SEEK_SET), 0);
+    for (uint64_t done = 0; done < bytes;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(piece.size(), bytes - done));
+      ASSERT_EQ(std::fread(piece.data(), n, 1, stream), 1u) << offset + done;
+      ASSERT_EQ(::pread(::fileno(stream), expected.data(), n, static_cast<off_t>(offset + done)),
+                static_cast<ssize_t>(n));
+      ASSERT_EQ(std::memcmp(piece.data(), expected.data(), n), 0) << "bytes at " << offset + done;
+      done += n;
+    }
+  };
+  // A first load computes the share's hashes and remembers them, as any earlier start does: its
+  // reads of the share's weights, whole as libllama's for a worker's buffer, wait for them.
+  ASSERT_TRUE(engine::start_cached_uploads(plan).is_ok());
+  size_t jobs = 0;
+  for (const auto* t : share) {
+    if (t->bytes <= kSeedThreshold) continue;
+    ++jobs;
+    std::vector<uint8_t> whole(t->bytes);
+    ASSERT_EQ(::fseeko(stream, static_cast<off_t>(t->file_offset), SEEK_SET), 0);
+    ASSERT_EQ(std::fread(whole.data(), whole.size(), 1, stream), 1u) << t->name;
+  }
+  engine::finish_cached_uploads();
+  ASSERT_GT(jobs, 0u);
+
+  evict(model);
+  ASSERT_TRUE(engine::start_cached_uploads(plan).is_ok());
+  for (const auto* t : own) staged_read(t->file_offset, t->bytes);
+  const engine::CachedUploadStats st = engine::finish_cached_uploads();
+  std::fclose(stream);
+  EXPECT_EQ(st.remembered, jobs) << "the hashes came from the memo: fingerprints alone read";
+  uint64_t share_bytes = 0, share_read = 0;
+  std::string listed;
+  for (const auto* t : share) {
+    share_bytes += t->bytes;
+    const uint64_t in = resident_bytes(model, t->file_offset, t->bytes);
+    share_read += in;
+    if (in > 0) listed += "\n  " + t->name + ": " + std::to_string(in) + " of " + std::to_string(t->bytes) + " bytes";
+  }
+  std::printf("staged reads of the head's own weights: %llu of the worker's %llu bytes in the page cache%s\n",
+              static_cast<unsigned long long>(share_read), static_cast<unsigned long long>(share_bytes),
+              listed.c_str());
+  EXPECT_LE(share_read, share_bytes / 100) << "the worker's share in the page cache:" << listed;
 }
 
 // A listing that no longer matches the cache (entries removed after the head read it) fails the
