@@ -79,6 +79,19 @@ void add_model_flags(ConfigFlags& f) {
        "How the nodes share the model: layer (each runs its layers in turn; default) or ffn-tensor (every node "
        "runs every layer with the FFNs split across them; docs/parallelism.md)")
       ->check(CLI::IsMember({"layer", "ffn-tensor"}));
+  f.value(
+       "--speculative", "[model] speculative", [](Config & c) -> auto& { return c.model.speculative; },
+       "Speculative decoding: off (default), ngram (drafts from the request's own tokens) or draft (drafts from "
+       "--draft-model, run on the head; docs/serve.md)")
+      ->check(CLI::IsMember({"off", "ngram", "draft"}));
+  f.value(
+      "--draft-model", "[model] draft_model", [](Config & c) -> auto& { return c.model.draft_model; },
+      "The draft's GGUF for --speculative draft: a small model of the same vocabulary, or an EAGLE3 draft for "
+      "this model");
+  f.value(
+       "--draft-max", "[model] draft_max", [](Config & c) -> auto& { return c.model.draft_max; },
+       "Tokens drafted per step at most (default 8)")
+      ->check(CLI::Range(1, 32));
 }
 
 void add_plan_flags(ConfigFlags& f) {

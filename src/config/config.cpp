@@ -252,6 +252,9 @@ TableReader model_reader(const std::string& src, ModelConfig* m) {
     return Status::ok();
   });
   r.on("prompt_cache_dir", string_into(&m->prompt_cache_dir));
+  r.on("speculative", one_of_into(&m->speculative, {"off", "ngram", "draft"}));
+  r.on("draft_model", string_into(&m->draft_model));
+  r.on("draft_max", int_into(&m->draft_max, 1, 32));
   r.on("prompt_cache_dir_size", [m](const toml::node& n) -> Status {
     std::optional<uint64_t> v;
     TANDEM_RETURN_IF_ERROR(bytes_into(&v)(n));
@@ -375,6 +378,9 @@ Result<Config> parse_config(const std::string& text, const std::string& source) 
                                     std::to_string(e.source().begin.column) + ": " + std::string(e.description()));
   }
   TANDEM_RETURN_IF_ERROR(read_root(source, root, &c));
+  if (c.model.speculative == "draft" && c.model.draft_model.empty()) {
+    return Status::invalid_argument(source + ": [model] speculative = \"draft\" needs draft_model (the draft's GGUF)");
+  }
   return c;
 }
 
@@ -395,6 +401,7 @@ Result<Config> load_config(const std::string& path) {
   resolve(&c->model.path);
   resolve(&c->server.keys_db);
   resolve(&c->model.prompt_cache_dir);
+  resolve(&c->model.draft_model);
   for (WorkerConfig& w : c->workers) resolve(&w.cache_dir);
   return c;
 }

@@ -80,6 +80,12 @@ struct ModelConfig {
   // spill their parts into their cache_dir's prompt-cache folder.
   std::string prompt_cache_dir;
   uint64_t prompt_cache_dir_size = uint64_t{64} << 30;
+  // Speculative decoding (docs/serve.md): "off"; "ngram", drafts from the request's own tokens (no
+  // model); "draft", drafts from `draft_model` (an ordinary small model of the same vocabulary, or
+  // an EAGLE3 draft for this model), which runs on the head.
+  std::string speculative = "off";
+  std::string draft_model;  // GGUF of the draft; "draft" needs it
+  int draft_max = 8;        // tokens drafted per step at most
 };
 
 struct ServerConfig {

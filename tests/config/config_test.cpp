@@ -197,6 +197,26 @@ TEST(Config, TheModelIsMappedUnlessTurnedOff) {
   EXPECT_FALSE(bad.is_ok());
 }
 
+TEST(Config, SpeculativeDecodingKeys) {
+  const auto off = parse_config("");
+  ASSERT_TRUE(off.is_ok());
+  EXPECT_EQ(off->model.speculative, "off");
+  EXPECT_EQ(off->model.draft_max, 8);
+  const auto ngram = parse_config("[model]\nspeculative = \"ngram\"\ndraft_max = 16\n");
+  ASSERT_TRUE(ngram.is_ok()) << ngram.status().to_string();
+  EXPECT_EQ(ngram->model.speculative, "ngram");
+  EXPECT_EQ(ngram->model.draft_max, 16);
+  const auto draft = parse_config("[model]\nspeculative = \"draft\"\ndraft_model = \"/m/d.gguf\"\n");
+  ASSERT_TRUE(draft.is_ok()) << draft.status().to_string();
+  EXPECT_EQ(draft->model.draft_model, "/m/d.gguf");
+  const auto no_model = parse_config("[model]\nspeculative = \"draft\"\n", "t.toml");
+  ASSERT_FALSE(no_model.is_ok());
+  EXPECT_NE(no_model.status().message().find("needs draft_model"), std::string::npos) << no_model.status().message();
+  EXPECT_FALSE(parse_config("[model]\nspeculative = \"eagle\"\n").is_ok());
+  EXPECT_FALSE(parse_config("[model]\ndraft_max = 0\n").is_ok());
+  EXPECT_FALSE(parse_config("[model]\ndraft_max = 33\n").is_ok());
+}
+
 // docs/config.md lists every key the reader knows, so that none is undocumented.
 TEST(Config, EveryKeyIsDocumented) {
   std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/docs/config.md");
