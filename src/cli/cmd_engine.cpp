@@ -56,6 +56,8 @@ engine::Placement placement(const EngineFlags& f) {
 }
 
 void run_one_shot(EngineFlags& f) {
+  if (f.launch.speculative != "off")
+    fail("--speculative applies to the served engine (--socket); a one-shot generation decodes without it", 2);
   engine::GenerateOptions& o = f.one_shot;
   o.model = f.launch.model;
   o.n_ctx = f.launch.context;
@@ -95,6 +97,7 @@ void run_server(EngineFlags& f) {
   c.scheduler.prompt_cache_bytes = l.prompt_cache_bytes;
   c.scheduler.prompt_cache_dir = l.prompt_cache_dir;
   c.scheduler.prompt_cache_dir_bytes = l.prompt_cache_dir_bytes;
+  c.scheduler.speculation = {l.speculative, l.draft_model, l.draft_max};
   c.cuda_graphs = l.cuda_graphs;
   c.scheduler.warm_up = c.load.placement.warm_up;
   std::signal(SIGTERM, on_signal);

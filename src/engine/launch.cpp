@@ -36,6 +36,15 @@ Status read_bytes(const std::string& text, uint64_t& out, const char* flag) {
   return Status::ok();
 }
 
+}  // namespace
+
+Status check_speculation_mode(const std::string& mode) {
+  if (mode == "off" || mode == "ngram" || mode == "draft") return Status::ok();
+  return Status::invalid_argument("speculative decoding '" + mode + "': expected off, ngram or draft");
+}
+
+namespace {
+
 // The writers leave a flag out where the engine's default is meant, except those the gateway has
 // always written (the socket, the model, the context, the slots, the CPU layers, the prompt cache).
 const std::vector<LaunchFlag> kFlags = {
@@ -170,6 +179,33 @@ const std::vector<LaunchFlag> kFlags = {
        if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
          return Status::invalid_argument("--worker-cache: expected HOST:PORT=FILE, got '" + v + "'");
        l.worker_caches.push_back({v.substr(0, eq), v.substr(eq + 1)});
+       return Status::ok();
+     }},
+    {"--speculative", Kind::value,
+     "--socket: speculative decoding: off (default), ngram (drafts from each sequence's own tokens) or draft (drafts "
+     "from "
+     "--draft-model, on this process's first GPU or its CPU)",
+     [](const EngineLaunch& l) { return l.speculative == "off" ? Values{} : Values{l.speculative}; },
+     [](EngineLaunch& l, const std::string& v) {
+       TANDEM_RETURN_IF_ERROR(check_speculation_mode(v));
+       l.speculative = v;
+       return Status::ok();
+     }},
+    {"--draft-model", Kind::value,
+     "--socket: the draft's GGUF for --speculative draft: a small model of this model's vocabulary, or an EAGLE3 draft "
+     "for it",
+     [](const EngineLaunch& l) { return l.draft_model.empty() ? Values{} : Values{l.draft_model}; },
+     [](EngineLaunch& l, const std::string& v) {
+       l.draft_model = v;
+       return Status::ok();
+     }},
+    {"--draft-max", Kind::value, "--socket: tokens drafted per step at most (1-32, default 8)",
+     [](const EngineLaunch& l) { return l.draft_max == 8 ? Values{} : Values{std::to_string(l.draft_max)}; },
+     [](EngineLaunch& l, const std::string& v) {
+       int n = 0;
+       TANDEM_RETURN_IF_ERROR(read_int(v, n, "--draft-max"));
+       if (n < 1 || n > 32) return Status::invalid_argument("--draft-max: " + v + " is not in [1, 32]");
+       l.draft_max = n;
        return Status::ok();
      }},
     {"--log-format", Kind::value, "Log lines as readable text (default) or one JSON object per line",

@@ -40,12 +40,19 @@ struct EngineLaunch {
   std::string prompt_cache_dir;                          // --prompt-cache-dir ("": no disk tier)
   uint64_t prompt_cache_dir_bytes = uint64_t{64} << 30;  // --prompt-cache-dir-size
   std::vector<WorkerCacheListing> worker_caches;         // --worker-cache HOST:PORT=FILE (repeated)
+  std::string speculative = "off";                       // --speculative: off, ngram or draft
+  std::string draft_model;                               // --draft-model: the draft's GGUF
+  int draft_max = 8;                                     // --draft-max: tokens drafted per step
   bool json_logs = false;                                // --log-format json
   // Appended after every flag above, as they are (serve's --engine-flag); read back as everything
   // from the first argument that is not one of the table's flags.
   std::vector<std::string> extra;
   bool operator==(const EngineLaunch&) const = default;
 };
+
+// "off", "ngram" or "draft" (engine/speculation.h); anything else is an invalid_argument naming the
+// choices.
+Status check_speculation_mode(const std::string& mode);
 
 // One flag of the table: its CLI11 names (the first is the one written), its help, and the field's
 // writer and reader. Both see the value as command-line text.

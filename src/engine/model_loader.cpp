@@ -36,6 +36,19 @@
 const std::vector<std::pair<std::string, ggml_tensor*>>& llama_internal_get_tensor_map(const llama_model* model);
 
 namespace tandem::engine {
+
+std::vector<ggml_backend_dev_t> local_gpus() {
+  std::vector<ggml_backend_dev_t> out;
+  for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+    const auto type = ggml_backend_dev_type(dev);
+    if (!datapath::is_rpc_device(dev) &&
+        (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU))
+      out.push_back(dev);
+  }
+  return out;
+}
+
 namespace {
 
 // The model's token embedding when it has exactly one, and whether it has an output head of its own.
@@ -95,13 +108,8 @@ Status probe_endpoint(const std::string& endpoint, int timeout_ms) {
 }
 
 void add_local_gpus(std::vector<ggml_backend_dev_t>* devices) {
-  for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-    const auto type = ggml_backend_dev_type(dev);
-    if (!datapath::is_rpc_device(dev) &&
-        (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU))
-      devices->push_back(dev);
-  }
+  const auto gpus = local_gpus();
+  devices->insert(devices->end(), gpus.begin(), gpus.end());
 }
 
 // Whether libllama reads the model file rather than mapping it: when told to, or when a device it

@@ -114,6 +114,9 @@ using ModelPtr = std::unique_ptr<llama_model, ModelDeleter>;
 // processes sharing a GPU cost from what the RPC path costs. It serves until the process exits.
 Status start_in_process_rpc_server(const std::string& endpoint, int threads);
 
+// This process's own GPUs (an integrated one included), in ggml's order; never an RPC server's.
+std::vector<struct ggml_backend_device*> local_gpus();
+
 // Names of the offload devices `placement` would use, in order (e.g. "CUDA0", "RPC0[127.0.0.1:7071]").
 Result<std::vector<std::string>> offload_devices(const Placement& placement);
 

@@ -70,6 +70,12 @@ PromptCacheStats prompt_cache_from(const json& j) {
   return c;
 }
 
+json speculation_json(const std::string& mode, const SpeculationStats& st) {
+  json j = {{"mode", mode}};
+  for (const SpeculationField& f : kSpeculationFields) j[std::string(f.name)] = st.*f.member;
+  return j;
+}
+
 json status_json(const EngineStatus& s) {
   json j = {{"state", std::string(engine_state_name(s.state))},
             {"load",
@@ -80,6 +86,7 @@ json status_json(const EngineStatus& s) {
             {"slots", {{"busy", s.slots_busy}, {"total", s.slots_total}, {"waiting", s.waiting}}},
             {"tokens_per_s", s.tokens_per_s},
             {"prompt_cache", prompt_cache_json(s.prompt_cache)},
+            {"speculative", speculation_json(s.speculative, s.speculation)},
             {"protocol", kProtocolVersion}};
   if (!s.error.empty()) j["error"] = s.error;
   return j;
@@ -102,6 +109,13 @@ EngineStatus status_from(const json& j) {
   s.waiting = int_field(slots, "waiting", 0);
   s.tokens_per_s = j.value("tokens_per_s", 0.0);
   s.prompt_cache = prompt_cache_from(j.value("prompt_cache", json::object()));
+  const json spec = j.value("speculative", json::object());
+  if (spec.is_object()) {
+    s.speculative = spec.value("mode", "off");
+    for (const SpeculationField& f : kSpeculationFields) {
+      s.speculation.*f.member = int_field(spec, std::string(f.name).c_str(), uint64_t{0});
+    }
+  }
   s.error = j.value("error", "");
   return s;
 }

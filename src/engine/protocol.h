@@ -139,6 +139,30 @@ inline constexpr PromptCacheField kPromptCacheFields[] = {
     {"worker_disk_bytes", &PromptCacheStats::worker_disk_bytes, "", "", "", ""},
 };
 
+// Speculative decoding (engine/speculation.h), since the engine started.
+struct SpeculationStats {
+  uint64_t steps = 0;     // decode steps that checked a draft
+  uint64_t drafted = 0;   // draft tokens checked
+  uint64_t accepted = 0;  // of which the target kept
+};
+
+// One row per counter, as kPromptCacheFields: its name on the wire, in /health's speculative and
+// in /metrics.
+struct SpeculationField {
+  std::string_view name;
+  uint64_t SpeculationStats::*member;
+  std::string_view metric;
+  std::string_view metric_help;
+};
+inline constexpr SpeculationField kSpeculationFields[] = {
+    {"steps", &SpeculationStats::steps, "tandem_speculative_steps_total",
+     "Decode steps that checked drafted tokens (speculative decoding)."},
+    {"drafted", &SpeculationStats::drafted, "tandem_speculative_drafted_tokens_total",
+     "Drafted tokens the model checked."},
+    {"accepted", &SpeculationStats::accepted, "tandem_speculative_accepted_tokens_total",
+     "Drafted tokens the model kept: each is one decode step saved."},
+};
+
 // The engine's state in its status. The engine sends the first three; `stopped` is the gateway's
 // word (in /health) for no engine running.
 enum class EngineState { loading, ready, failed, stopped };
@@ -161,6 +185,8 @@ struct EngineStatus {
   int waiting = 0;          // requests queued for a free slot
   double tokens_per_s = 0;  // generated tokens per second over the last few seconds
   PromptCacheStats prompt_cache;
+  std::string speculative = "off";  // the mode: off, ngram or draft
+  SpeculationStats speculation;
   std::string error;  // state failed: why
 };
 

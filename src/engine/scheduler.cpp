@@ -123,13 +123,23 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
       return st;
     }
   }
-  return std::unique_ptr<Scheduler>(
-      new Scheduler(model, ctx, actual, std::move(chat.value()), std::move(cache.value())));
+  auto speculator = Speculator::create(o.speculation, ctx, actual.parallel);
+  if (!speculator.is_ok()) {
+    llama_free(ctx);
+    return speculator.status();
+  }
+  return std::unique_ptr<Scheduler>(new Scheduler(model, ctx, actual, std::move(chat.value()), std::move(cache.value()),
+                                                  std::move(speculator.value())));
 }
 
 Scheduler::Scheduler(llama_model* model, llama_context* ctx, const SchedulerOptions& options, ChatTemplates chat,
-                     std::unique_ptr<PromptCache> prompt_cache)
-    : model_(model), ctx_(ctx), options_(options), chat_(std::move(chat)), prompt_cache_(std::move(prompt_cache)) {
+                     std::unique_ptr<PromptCache> prompt_cache, std::unique_ptr<Speculator> speculator)
+    : model_(model),
+      ctx_(ctx),
+      options_(options),
+      chat_(std::move(chat)),
+      prompt_cache_(std::move(prompt_cache)),
+      speculator_(std::move(speculator)) {
   prompt_cache_stats_ = prompt_cache_->stats();
   for (int i = 0; i < options_.parallel; ++i) slots_.push_back(std::make_unique<Slot>(i, options_.context));
   batch_.reset(new llama_batch(llama_batch_init(options_.batch, 0, 1)));
@@ -145,6 +155,7 @@ Scheduler::~Scheduler() {
   thread_.join();
   slots_.clear();
   prompt_cache_->clear();  // its workers' shares are addressed through KV tensors that llama_free frees
+  speculator_.reset();     // its draft context reads the target's
   batch_.reset();
   llama_free(ctx_);
 }
@@ -225,6 +236,8 @@ SchedulerStats Scheduler::stats() const {
   s.waiting = static_cast<int>(waiting_.size());
   s.tokens_generated = tokens_generated_;
   s.prompt_cache = prompt_cache_stats_;
+  s.speculative = options_.speculation.mode;
+  s.speculation = speculation_stats_;
   const double now = now_s();
   int sum = 0;
   double first = now;
@@ -309,7 +322,7 @@ void Scheduler::assign_waiting() {
       if (best == nullptr || p > best_prefix) best = s.get(), best_prefix = p;
     }
     if (prompt_cache_->enabled()) use_prompt_cache(*best, best_prefix, job->prompt);
-    best->start(std::move(job), ctx_);
+    best->start(std::move(job), ctx_, speculator_.get());
     std::lock_guard<std::mutex> lock(mutex_);
     ++busy_;
     prompt_cache_stats_ = prompt_cache_->stats();
@@ -326,6 +339,7 @@ void Scheduler::use_prompt_cache(Slot& slot, size_t held_prefix, const std::vect
   std::string why;
   if (slot.restore_state(ctx_, std::move(cached.tokens), cached.state, prompt_cache_->shares(), &why)) {
     prompt_cache_->count_restored(prefix);
+    if (speculator_) speculator_->refill(slot.seq_id(), slot.held());
   } else {
     prompt_cache_->count_failed_restore();
     log::warn("engine", "prompt cache: a cached state of " + std::to_string(cached.prefix) +
@@ -374,16 +388,26 @@ void Scheduler::save_idle_slots() {
   prompt_cache_stats_ = prompt_cache_->stats();
 }
 
+void Scheduler::draft() {
+  // Each slot's verify rows stay within its share of the batch.
+  const int share = std::max(1, options_.batch / options_.parallel) - 1;
+  const int n_max = std::min(options_.speculation.draft_max, share);
+  bool any = false;
+  for (auto& s : slots_) any = s->want_draft(*speculator_, n_max) || any;
+  if (any) speculator_->draft_all();
+}
+
 void Scheduler::step() {
   llama_batch& batch = *batch_;
   batch.n_tokens = 0;
-  // Every generating slot gets its token in; prompts share what is left of the batch.
+  if (speculator_ && speculator_->working()) draft();
+  // Every generating slot gets its tokens in; prompts share what is left of the batch.
   int prompt_budget = options_.batch;
-  for (auto& s : slots_) prompt_budget -= s->generating() ? 1 : 0;
+  for (auto& s : slots_) prompt_budget -= s->generating_tokens();
   std::vector<Slot*> in_batch;
   for (auto& s : slots_) {
     const bool gen = s->generating();
-    int budget = gen ? 1 : prompt_budget;
+    int budget = gen ? s->generating_tokens() : prompt_budget;
     if (!gen && options_.max_prompt_chunk > 0) budget = std::min(budget, options_.max_prompt_chunk);
     const int added = s->add_to_batch(batch, budget);
     if (!gen) prompt_budget -= added;
@@ -397,14 +421,19 @@ void Scheduler::step() {
             ? Status::resource_exhausted("no room left in the KV cache for this batch")
             : Status::internal("llama_decode returned " + std::to_string(rc) + (reason.empty() ? "" : ": " + reason));
     for (Slot* s : in_batch) {
-      s->drop_cache(ctx_);
+      s->drop_cache(ctx_, speculator_.get());
       s->fail(error);
     }
     return;
   }
+  Speculator* spec = speculator_ && speculator_->process(batch) ? speculator_.get() : nullptr;
   int generated = 0;
-  for (Slot* s : in_batch) generated += s->after_decode(ctx_) ? 1 : 0;
+  for (Slot* s : in_batch) generated += s->after_decode(ctx_, spec);
   record_tokens(generated);
+  if (speculator_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    speculation_stats_ = speculator_->stats();
+  }
 }
 
 void Scheduler::record_tokens(int n) {

@@ -5,7 +5,9 @@
 #include <numeric>
 
 #include "common.h"
+#include "engine/speculation.h"
 #include "llama.h"
+#include "sampling.h"
 
 namespace tandem::engine {
 namespace {
@@ -45,7 +47,7 @@ size_t Slot::common_prefix(const std::vector<llama_token>& prompt) const {
   return n;
 }
 
-void Slot::start(std::unique_ptr<Job> job, llama_context* ctx) {
+void Slot::start(std::unique_ptr<Job> job, llama_context* ctx, Speculator* spec) {
   size_t keep = common_prefix(job->prompt);
   if (keep == job->prompt.size()) --keep;
   llama_memory_t mem = llama_get_memory(ctx);
@@ -55,6 +57,11 @@ void Slot::start(std::unique_ptr<Job> job, llama_context* ctx) {
     keep = 0;
   }
   cache_.resize(keep);
+  draft_.clear();
+  if (spec != nullptr) {
+    spec->cut(seq_id_, static_cast<int>(keep));
+    spec->begin(seq_id_, cache_);
+  }
   saved_ = false;
   job_ = std::move(job);
   text_ = TextStream(job_->stops);
@@ -71,14 +78,29 @@ void Slot::start(std::unique_ptr<Job> job, llama_context* ctx) {
   job_->on_event(started);
 }
 
+bool Slot::want_draft(Speculator& spec, int n_max) {
+  draft_.clear();
+  if (!generating() || n_generated_ < static_cast<int>(job_->forced.size())) return false;
+  // Room for the tokens it may keep: the job's limit and the context, as decoding one by one has.
+  n_max = std::min({n_max, job_->max_tokens - n_generated_ - 1, n_ctx_ - 2 - static_cast<int>(cache_.size()) - 1});
+  if (n_max < 1) return false;
+  spec.want_draft(seq_id_, cache_, next_, static_cast<int>(cache_.size()), n_max, &draft_);
+  return true;
+}
+
 int Slot::add_to_batch(llama_batch& batch, int budget) {
   if (!job_ || budget <= 0) return 0;
   if (next_ >= 0) {
     logits_index_ = batch.n_tokens;
-    common_batch_add(batch, next_, static_cast<llama_pos>(cache_.size()), {seq_id_}, true);
-    cache_.push_back(next_);
+    draft_idxs_.clear();
+    for (size_t i = 0; i <= draft_.size(); ++i) {
+      const llama_token t = i == 0 ? next_ : draft_[i - 1];
+      draft_idxs_.push_back(batch.n_tokens);
+      common_batch_add(batch, t, static_cast<llama_pos>(cache_.size()), {seq_id_}, true);
+      cache_.push_back(t);
+    }
     next_ = -1;
-    return 1;
+    return static_cast<int>(draft_idxs_.size());
   }
   if (logits_index_ >= 0) return 0;  // waiting for the sample of the last prompt token
   const size_t end = std::min(job_->prompt.size(), cache_.size() + static_cast<size_t>(budget));
@@ -92,31 +114,67 @@ int Slot::add_to_batch(llama_batch& batch, int budget) {
   return added;
 }
 
-bool Slot::after_decode(llama_context* ctx) {
-  if (!job_ || logits_index_ < 0) return false;
+int Slot::after_decode(llama_context* ctx, Speculator* spec) {
+  if (!job_ || logits_index_ < 0) return 0;
   const int idx = logits_index_;
   logits_index_ = -1;
-  const llama_token token = n_generated_ < static_cast<int>(job_->forced.size())
-                                ? job_->forced[static_cast<size_t>(n_generated_)]
-                                : common_sampler_sample(job_->sampler.get(), ctx, idx);
-  common_sampler_accept(job_->sampler.get(), token, true);
+  if (draft_.empty() || spec == nullptr) {
+    if (!draft_.empty()) {  // drafted, then the speculator failed: the draft goes unchecked
+      cache_.resize(cache_.size() - draft_.size());
+      llama_memory_seq_rm(llama_get_memory(ctx), seq_id_, static_cast<llama_pos>(cache_.size()), -1);
+    }
+    const size_t held = cache_.size();
+    const llama_token token = n_generated_ < static_cast<int>(job_->forced.size())
+                                  ? job_->forced[static_cast<size_t>(n_generated_)]
+                                  : common_sampler_sample(job_->sampler.get(), ctx, idx);
+    common_sampler_accept(job_->sampler.get(), token, true);
+    draft_.clear();
+    take_token(ctx, idx, token, held);
+    return 1;
+  }
+  // The target's own sample at each position, as long as it matches the draft (llama.cpp's rule:
+  // with sampling too, every kept token is the target's sample), and one after the last match.
+  const std::vector<llama_token> kept =
+      common_sampler_sample_and_accept_n(job_->sampler.get(), ctx, draft_idxs_, draft_);
+  const int n_accepted = static_cast<int>(kept.size()) - 1;
+  spec->accept(seq_id_, n_accepted);
+  spec->count_step(static_cast<int>(draft_.size()), n_accepted);
+  // The stream keeps next_ and the drafts the target agreed with; the rest goes, here and in the
+  // draft model's stream.
+  const size_t first = cache_.size() - draft_.size() - 1;  // next_'s position
+  const size_t keep = first + 1 + static_cast<size_t>(n_accepted);
+  llama_memory_seq_rm(llama_get_memory(ctx), seq_id_, static_cast<llama_pos>(keep), -1);
+  spec->cut(seq_id_, static_cast<int>(keep));
+  cache_.resize(keep);
+  draft_.clear();
+  int taken = 0;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    ++taken;
+    if (!take_token(ctx, draft_idxs_[i], kept[i], first + 1 + i)) break;
+  }
+  return taken;
+}
+
+bool Slot::take_token(llama_context* ctx, int idx, llama_token token, size_t held) {
   ++n_generated_;
   if (job_->return_tokens) generated_.push_back(token);
   const llama_vocab* vocab = llama_model_get_vocab(llama_get_model(ctx));
   if (!job_->ignore_eos && llama_vocab_is_eog(vocab, token)) {
     finish("stop");
-    return true;
+    return false;
   }
   if (job_->n_probs >= 0) logprobs_.push_back(token_logprob(ctx, idx, token, job_->n_probs));
   const bool stopped = text_.append(common_token_to_piece(vocab, token, job_->shown_special.count(token) > 0));
   if (stopped) {
     finish("stop");
-  } else if (n_generated_ >= job_->max_tokens || static_cast<int>(cache_.size()) + 1 >= n_ctx_) {
-    finish("length");
-  } else {
-    emit(text_.take_ready(), false);
-    next_ = token;
+    return false;
   }
+  if (n_generated_ >= job_->max_tokens || static_cast<int>(held) + 1 >= n_ctx_) {
+    finish("length");
+    return false;
+  }
+  emit(text_.take_ready(), false);
+  next_ = token;
   return true;
 }
 
@@ -164,11 +222,13 @@ void Slot::fail(const Status& error) {
   std::unique_ptr<Job> job = std::move(job_);
   next_ = -1;
   logits_index_ = -1;
+  draft_.clear();
   job->on_event(e);
 }
 
-void Slot::drop_cache(llama_context* ctx) {
+void Slot::drop_cache(llama_context* ctx, Speculator* spec) {
   llama_memory_seq_rm(llama_get_memory(ctx), seq_id_, -1, -1);
+  if (spec != nullptr) spec->cut(seq_id_, 0);
   cache_.clear();
   saved_ = false;
 }

@@ -15,6 +15,8 @@ struct llama_batch;
 
 namespace tandem::engine {
 
+class Speculator;
+
 class Slot {
  public:
   Slot(int seq_id, int n_ctx) : seq_id_(seq_id), n_ctx_(n_ctx) {}
@@ -44,24 +46,36 @@ class Slot {
   // Takes the job, keeping the longest cached prefix of its prompt in the KV stream (at least
   // one prompt token is always evaluated again, for its logits), and tells the job's client so
   // (a started event with the prompt's usage).
-  void start(std::unique_ptr<Job> job, llama_context* ctx);
+  // With a speculator, its draft stream is cut to what the slot keeps.
+  void start(std::unique_ptr<Job> job, llama_context* ctx, Speculator* spec);
 
-  // Adds this slot's next tokens to `batch`: the last sampled token, or up to `budget` prompt
-  // tokens. Returns how many were added.
+  // When the slot generates freely (no forced tokens left) and has room: asks `spec` for a draft of
+  // at most `n_max` tokens after its last sampled one. True when asked (Speculator::draft_all()
+  // fills it).
+  bool want_draft(Speculator& spec, int n_max);
+  // Tokens this slot puts into the next batch when it generates: the last sampled one and its draft.
+  int generating_tokens() const { return generating() ? 1 + static_cast<int>(draft_.size()) : 0; }
+
+  // Adds this slot's next tokens to `batch`: the last sampled token and its draft, or up to `budget`
+  // prompt tokens. Returns how many were added.
   int add_to_batch(llama_batch& batch, int budget);
 
-  // After a successful decode: samples when this slot's logits were in the batch, emits the
-  // events, and frees the slot when the job ended. Returns true when a token was generated.
-  bool after_decode(llama_context* ctx);
+  // After a successful decode: samples when this slot's logits were in the batch (checking its
+  // draft: the tokens kept are the ones decoding without it gives), emits the events, and frees the
+  // slot when the job ended. Returns how many tokens were generated.
+  int after_decode(llama_context* ctx, Speculator* spec);
 
   // Ends the job with `error` (a cancelled one too) and frees the slot. The KV stream keeps what
   // was decoded, for prefix reuse.
   void fail(const Status& error);
 
   // Forgets the KV stream (after a failed decode left it in an unknown state).
-  void drop_cache(llama_context* ctx);
+  void drop_cache(llama_context* ctx, Speculator* spec);
 
  private:
+  // Takes `token`, sampled (and accepted by the sampler) from the logits at batch index `idx` when
+  // the stream held `held` tokens: its events, and the end of the job. False when the job ended.
+  bool take_token(llama_context* ctx, int idx, llama_token token, size_t held);
   void finish(const char* reason);
   void emit(const std::string& ready, bool final);
 
@@ -70,8 +84,10 @@ class Slot {
   std::vector<llama_token> cache_;  // tokens whose K/V are in this sequence, in position order
   std::unique_ptr<Job> job_;        // null when free
   TextStream text_;
-  int logits_index_ = -1;  // batch index of this slot's logits in the pending decode
-  llama_token next_ = -1;  // sampled and not yet decoded; -1 while the prompt runs
+  int logits_index_ = -1;           // batch index of this slot's logits in the pending decode
+  llama_token next_ = -1;           // sampled and not yet decoded; -1 while the prompt runs
+  std::vector<llama_token> draft_;  // proposed after next_ for the pending step
+  std::vector<int> draft_idxs_;     // batch indices of next_'s and each draft token's logits
   int n_generated_ = 0;
   std::vector<llama_token> generated_;  // only when the job asked for return_tokens
   std::vector<TokenLogprob> logprobs_;  // only when the job asked for logprobs: not yet sent

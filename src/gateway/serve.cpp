@@ -110,6 +110,12 @@ Result<plan::ModelInfo> servable_model(const config::Config& c) {
     if (ec)
       return Status::invalid_argument("[model] prompt_cache_dir " + c.model.prompt_cache_dir + ": " + ec.message());
   }
+  if (c.model.speculative == "draft") {
+    if (c.model.draft_model.empty())
+      return Status::invalid_argument("[model] speculative = \"draft\" needs draft_model (or --draft-model)");
+    auto draft = plan::read_model_info(c.model.draft_model);
+    if (!draft.is_ok()) return Status::invalid_argument("[model] draft_model: " + draft.status().message());
+  }
   if (c.model.path.empty()) return Status::invalid_argument("no model: set [model] path in the config or pass --model");
   auto info = plan::read_model_info(c.model.path);
   if (!info.is_ok()) return info.status();
@@ -275,6 +281,9 @@ SupervisorOptions supervisor_options(const ServeOptions& o, const plan::Plan& p,
   so.prompt_cache = c.model.prompt_cache;
   so.prompt_cache_dir = c.model.prompt_cache_dir;
   so.prompt_cache_dir_size = c.model.prompt_cache_dir_size;
+  so.speculative = c.model.speculative;
+  so.draft_model = c.model.draft_model;
+  so.draft_max = c.model.draft_max;
   so.backtraces = c.cluster.backtraces;
   so.engine_flags = engine_flags_for(p.split, c.model.engine_flags);
   so.canary_interval = std::chrono::seconds(c.server.canary_interval_s);

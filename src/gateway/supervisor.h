@@ -56,6 +56,9 @@ struct SupervisorOptions {
   uint64_t prompt_cache = 0;     // bytes of prompt-cache states on each node; 0: off
   std::string prompt_cache_dir;  // and the folder for those memory no longer holds ("" = none)
   uint64_t prompt_cache_dir_size = 0;
+  std::string speculative = "off";  // speculative decoding: off, ngram or draft
+  std::string draft_model;          // the draft's GGUF ("draft")
+  int draft_max = 8;
   bool backtraces = false;                // let ggml print gdb backtraces when the engine aborts
   std::vector<std::string> engine_flags;  // appended to the engine's command line as they are
   std::string runtime_dir;                // for the engine's socket; "" = a fresh folder in /tmp

@@ -92,6 +92,9 @@ engine::EngineLaunch Supervisor::engine_launch() {
     l.prompt_cache_dir = options_.prompt_cache_dir;
     l.prompt_cache_dir_bytes = options_.prompt_cache_dir_size;
   }
+  l.speculative = options_.speculative;
+  l.draft_model = options_.draft_model;
+  l.draft_max = options_.draft_max;
   l.worker_caches = cache_listings();
   l.json_logs = log::format() == log::Format::json;
   l.extra = options_.engine_flags;

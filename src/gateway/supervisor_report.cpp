@@ -135,10 +135,29 @@ std::string prompt_cache_families(const SupervisorSnapshot& s) {
   return out;
 }
 
+// /health's speculative: the mode, the table's counters, and the mean tokens a checking step
+// gives (1 + accepted ÷ steps; 1 without drafts).
+nlohmann::json health_speculation(const engine::EngineStatus& e) {
+  nlohmann::json j = {{"mode", e.speculative}};
+  for (const engine::SpeculationField& f : engine::kSpeculationFields) j[std::string(f.name)] = e.speculation.*f.member;
+  const auto& st = e.speculation;
+  j["acceptance_length"] = st.steps > 0 ? 1.0 + static_cast<double>(st.accepted) / static_cast<double>(st.steps) : 1.0;
+  return j;
+}
+
+std::string speculation_families(const SupervisorSnapshot& s) {
+  std::string out;
+  for (const engine::SpeculationField& f : engine::kSpeculationFields) {
+    out += prometheus::family(std::string(f.metric), "counter", std::string(f.metric_help),
+                              one(static_cast<double>(s.engine.speculation.*f.member)));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string supervisor_metric_families(const SupervisorSnapshot& s) {
-  return link_families(s) + engine_families(s) + prompt_cache_families(s);
+  return link_families(s) + engine_families(s) + prompt_cache_families(s) + speculation_families(s);
 }
 
 HealthReport health_report(const SupervisorSnapshot& s) {
@@ -151,6 +170,7 @@ HealthReport health_report(const SupervisorSnapshot& s) {
   h.detail = {{"model", s.model_id},
               {"engine", health_engine(s)},
               {"prompt_cache", health_prompt_cache(s)},
+              {"speculative", health_speculation(s.engine)},
               {"load", health_load(s.engine.load)},
               {"nodes", health_nodes(s)},
               {"last_error", s.last_error}};

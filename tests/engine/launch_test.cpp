@@ -28,6 +28,9 @@ EngineLaunch every_field_set() {
   l.prompt_cache_dir = "/var/cache/tandem";
   l.prompt_cache_dir_bytes = uint64_t{100} << 30;
   l.worker_caches = {{"127.0.0.1:5001", "/tmp/w0.cache"}, {"127.0.0.1:5002", "/tmp/w1.cache"}};
+  l.speculative = "draft";
+  l.draft_model = "/models/m3-eagle3.gguf";
+  l.draft_max = 5;
   l.json_logs = true;
   l.extra = {"--batch", "256", "--no-input-reuse"};
   return l;

@@ -57,8 +57,10 @@ class SchedulerTest : public ::testing::Test {
   }
 
   static std::unique_ptr<Scheduler> make(int parallel, int context = 256, bool warm_up = true,
-                                         uint64_t prompt_cache_bytes = 0, StateShares* shares = nullptr) {
+                                         uint64_t prompt_cache_bytes = 0, StateShares* shares = nullptr,
+                                         SpeculationOptions speculation = {}) {
     SchedulerOptions o;
+    o.speculation = std::move(speculation);
     o.prompt_cache_bytes = prompt_cache_bytes;
     o.parallel = parallel;
     o.context = context;
@@ -513,6 +515,141 @@ TEST_F(SchedulerTest, InvalidRequestsAreErrorsThatNameTheField) {
     EXPECT_NE(st.message().find(why), std::string::npos) << body.dump() << " -> " << st.message();
   }
   EXPECT_EQ(s->stats().busy, 0);
+}
+
+}  // namespace
+}  // namespace tandem::engine
+
+namespace tandem::engine {
+namespace {
+
+// A prompt whose continuation repeats what it holds, as an agent's edit or tool call does.
+std::string repeating_prompt() {
+  std::string p = "Copy the list exactly:";
+  for (int i = 0; i < 12; ++i) p += " alpha beta gamma delta epsilon zeta eta theta";
+  return p;
+}
+
+// Speculation checks drafts in one step each and keeps what greedy decoding without it gives:
+// n-gram drafts from the sequence's own tokens, and a draft model (the target itself here: an
+// ordinary draft of the same vocabulary that agrees with it).
+TEST_F(SchedulerTest, SpeculativeDecodingKeepsTheGreedyTokens) {
+  const json body = greedy(repeating_prompt(), 48);
+  auto off = make(1, 512);
+  const EngineEvent base = run(*off, "base", RequestKind::completion, body);
+  ASSERT_EQ(base.type, EngineEvent::Type::done) << base.message;
+  EXPECT_EQ(off->stats().speculation.steps, 0u);
+  for (const SpeculationOptions& o :
+       {SpeculationOptions{"ngram", "", 8}, SpeculationOptions{"draft", *model_path_, 4}}) {
+    auto s = make(1, 512, true, 0, nullptr, o);
+    ASSERT_TRUE(s) << o.mode;
+    const EngineEvent e = run(*s, "spec-" + o.mode, RequestKind::completion, body);
+    ASSERT_EQ(e.type, EngineEvent::Type::done) << o.mode << ": " << e.message;
+    EXPECT_EQ(e.tokens, base.tokens) << o.mode;
+    EXPECT_EQ(e.usage.completion_tokens, 48) << o.mode;
+    const SchedulerStats st = s->stats();
+    EXPECT_EQ(st.speculative, o.mode);
+    EXPECT_GT(st.speculation.steps, 0u) << o.mode;
+    EXPECT_GT(st.speculation.accepted, 0u) << o.mode << ": no draft was kept";
+    EXPECT_LE(st.speculation.accepted, st.speculation.drafted) << o.mode;
+    // Fewer decode steps than tokens: each kept draft token is a step saved.
+    EXPECT_LT(st.speculation.steps, 48u) << o.mode;
+  }
+}
+
+// Per slot: three requests at once, drafting each from its own tokens, get what each gets alone
+// without speculation.
+TEST_F(SchedulerTest, SpeculationPerSlotKeepsEachRequestsTokens) {
+  std::vector<json> bodies;
+  for (int i = 0; i < 3; ++i) {
+    std::string p = "List " + std::to_string(i) + ":";
+    for (int r = 0; r < 6 + 3 * i; ++r) p += " one two three four five six seven eight nine";
+    bodies.push_back(greedy(p, 24 + 8 * i));
+  }
+  std::vector<std::vector<int32_t>> alone;
+  auto off = make(3, 512);
+  for (int i = 0; i < 3; ++i) {
+    const EngineEvent e = run(*off, "alone" + std::to_string(i), RequestKind::completion, bodies[i]);
+    ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
+    alone.push_back(e.tokens);
+  }
+  auto s = make(3, 512, true, 0, nullptr, SpeculationOptions{"ngram", "", 6});
+  std::vector<std::shared_ptr<EventCollector>> collectors;
+  for (int i = 0; i < 3; ++i) {
+    auto c = std::make_shared<EventCollector>();
+    ASSERT_TRUE(
+        s->submit("c" + std::to_string(i), RequestKind::completion, bodies[i].dump(), [c](const EngineEvent& e) {
+           (*c)(e);
+         }).is_ok());
+    collectors.push_back(c);
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(collectors[i]->wait());
+    const EngineEvent e = collectors[i]->final_event();
+    ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
+    EXPECT_EQ(e.tokens, alone[i]) << "request " << i;
+  }
+  EXPECT_GT(s->stats().speculation.accepted, 0u);
+}
+
+// A conversation that comes back to its slot after another took it is restored from the prompt
+// cache; the draft model's stream reads the restored prompt too, and the tokens stay greedy's.
+TEST_F(SchedulerTest, SpeculationWithADraftModelFollowsAPromptCacheRestore) {
+  std::string a = repeating_prompt(), b = "Another request:";
+  for (int i = 0; i < 20; ++i) b += " the lazy dog sleeps";
+  auto off = make(1, 512);
+  const EngineEvent expected = run(*off, "a-off", RequestKind::completion, greedy(a + " and again:", 24));
+  ASSERT_EQ(expected.type, EngineEvent::Type::done) << expected.message;
+  auto s = make(1, 512, true, uint64_t{64} << 20, nullptr, SpeculationOptions{"draft", *model_path_, 4});
+  ASSERT_EQ(run(*s, "a1", RequestKind::completion, greedy(a, 8)).type, EngineEvent::Type::done);
+  ASSERT_EQ(run(*s, "b1", RequestKind::completion, greedy(b, 8)).type, EngineEvent::Type::done);
+  const EngineEvent again = run(*s, "a2", RequestKind::completion, greedy(a + " and again:", 24));
+  ASSERT_EQ(again.type, EngineEvent::Type::done) << again.message;
+  EXPECT_GT(again.usage.cached_tokens, 64);
+  EXPECT_EQ(again.tokens, expected.tokens);
+  EXPECT_GE(s->stats().prompt_cache.hits, 1u);
+  EXPECT_GT(s->stats().speculation.accepted, 0u);
+}
+
+// A draft that disagrees with the target (another model of the same vocabulary: the tiny preset
+// with other weights): most of its tokens are refused, and the tokens stay greedy's.
+TEST_F(SchedulerTest, ARefusedDraftLeavesTheGreedyTokens) {
+  synth::ModelSpec spec = synth::preset("tiny").value();
+  spec.type = GGML_TYPE_IQ4_XS;
+  spec.seed = 7;
+  const std::string other = *dir_ + "/other-draft.gguf";
+  ASSERT_TRUE(synth::write_model(spec, other, {}).is_ok());
+  const json body = greedy(repeating_prompt(), 32);
+  auto off = make(1, 512);
+  const EngineEvent base = run(*off, "base", RequestKind::completion, body);
+  ASSERT_EQ(base.type, EngineEvent::Type::done) << base.message;
+  auto s = make(1, 512, true, 0, nullptr, SpeculationOptions{"draft", other, 4});
+  ASSERT_TRUE(s);
+  const EngineEvent e = run(*s, "spec", RequestKind::completion, body);
+  ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
+  EXPECT_EQ(e.tokens, base.tokens);
+  const SpeculationStats st = s->stats().speculation;
+  EXPECT_GT(st.drafted, 0u);
+  EXPECT_LT(st.accepted, st.drafted) << "every draft token kept: the draft was not another model";
+}
+
+// A draft model that is not there, or not a model, fails the scheduler's creation with its name.
+TEST_F(SchedulerTest, ADraftModelThatCannotLoadIsNamed) {
+  SchedulerOptions o;
+  o.context = 256;
+  o.threads = 1;
+  o.speculation = {"draft", *dir_ + "/missing.gguf", 4};
+  auto missing = Scheduler::create(model_, o);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("missing.gguf"), std::string::npos) << missing.status().to_string();
+  const std::string junk = *dir_ + "/junk.gguf";
+  tandem::testing::write_file(junk, "not a model");
+  o.speculation.draft_model = junk;
+  auto bad = Scheduler::create(model_, o);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("junk.gguf"), std::string::npos) << bad.status().to_string();
+  o.speculation.mode = "eagle";
+  EXPECT_FALSE(Scheduler::create(model_, o).is_ok());
 }
 
 }  // namespace

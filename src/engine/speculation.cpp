@@ -1,0 +1,213 @@
+#include "engine/speculation.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+
+#include "common.h"
+#include "common/log.h"
+#include "engine/llama_log.h"
+#include "engine/model_loader.h"
+#include "llama.h"
+#include "speculative.h"
+
+namespace tandem::engine {
+
+namespace {
+
+// The n-gram drafter's key: a draft is proposed once the last 8 tokens occurred earlier in the
+// sequence, and it is what followed them there. Long enough that prose rarely matches by chance,
+// short enough that a re-emitted line of code or a tool result's field does.
+constexpr uint16_t kNgramKey = 8;
+
+bool is_eagle3(const std::string& path) {
+  const auto types = common_speculative_types_from_gguf(path);
+  return std::find(types.begin(), types.end(), COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3) != types.end();
+}
+
+}  // namespace
+
+struct Speculator::Draft {
+  llama_model* model = nullptr;
+  llama_context* ctx = nullptr;
+  bool eagle3 = false;
+  ~Draft() {
+    if (ctx != nullptr) llama_free(ctx);
+    if (model != nullptr) llama_model_free(model);
+  }
+};
+
+Speculator::Speculator(SpeculationOptions options, llama_context* target, int n_seq)
+    : options_(std::move(options)),
+      target_(target),
+      held_(static_cast<size_t>(n_seq)) {}
+
+Speculator::~Speculator() {
+  if (spec_ != nullptr) common_speculative_free(spec_);
+}
+
+Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions& o, llama_context* target,
+                                                       int n_seq) {
+  TANDEM_RETURN_IF_ERROR(check_speculation_mode(o.mode));
+  if (o.mode == "off") return std::unique_ptr<Speculator>();
+  if (o.draft_max < 1 || o.draft_max > 32)
+    return Status::invalid_argument("draft_max must be in [1, 32], got " + std::to_string(o.draft_max));
+  std::unique_ptr<Speculator> s(new Speculator(o, target, n_seq));
+  common_params_speculative params;
+  params.draft.n_max = o.draft_max;
+  params.draft.n_min = 0;
+  // llama.cpp's n-gram map, keys only: the draft is what followed the last occurrence of the
+  // sequence's last kNgramKey tokens, found through a map of the sequence's n-grams.
+  params.ngram_map_k.size_n = kNgramKey;
+  params.ngram_map_k.size_m = static_cast<uint16_t>(o.draft_max);
+  params.ngram_map_k.min_hits = 1;
+  if (o.mode == "ngram") {
+    params.types = {COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K};
+  } else {
+    const std::string& path = o.draft_model;
+    std::error_code ec;
+    if (path.empty()) return Status::invalid_argument("speculative decoding 'draft' needs a draft model");
+    if (!std::filesystem::is_regular_file(path, ec))
+      return Status::not_found("draft model " + path + ": no such file");
+    s->draft_ = std::make_unique<Draft>();
+    s->draft_->eagle3 = is_eagle3(path);
+    llama_model_params mp = llama_model_default_params();
+    // On the head, whole: its first GPU, else the CPU; the workers' devices never.
+    std::vector<ggml_backend_dev_t> devices = local_gpus();
+    if (devices.size() > 1) devices.resize(1);
+    devices.push_back(nullptr);
+    mp.devices = devices.data();
+    mp.n_gpu_layers = devices.size() > 1 ? -1 : 0;
+    take_last_llama_error();
+    s->draft_->model = llama_model_load_from_file(path.c_str(), mp);
+    if (s->draft_->model == nullptr) {
+      const std::string why = take_last_llama_error();
+      return Status::invalid_argument("draft model " + path + ": libllama cannot load it" +
+                                      (why.empty() ? "" : ": " + why));
+    }
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = llama_n_ctx(target);
+    cp.n_batch = cp.n_ubatch = llama_n_batch(target);
+    cp.n_seq_max = static_cast<uint32_t>(n_seq);
+    cp.kv_unified = false;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    cp.n_threads = cp.n_threads_batch = llama_n_threads(target);
+    cp.no_perf = true;
+    cp.ctx_other = target;  // an EAGLE3 draft reads the target's hidden states
+    s->draft_->ctx = llama_init_from_model(s->draft_->model, cp);
+    if (s->draft_->ctx == nullptr) {
+      const std::string why = take_last_llama_error();
+      return Status::resource_exhausted("draft model " + path + ": creating its context of " +
+                                        std::to_string(cp.n_ctx) + " tokens failed" + (why.empty() ? "" : ": " + why));
+    }
+    params.types = {s->draft_->eagle3 ? COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3 : COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE};
+    params.draft.mparams.path = path;
+    params.draft.ctx_tgt = target;
+    params.draft.ctx_dft = s->draft_->ctx;
+  }
+  try {
+    s->spec_ = common_speculative_init(params, static_cast<uint32_t>(n_seq));
+  } catch (const std::exception& e) {
+    return Status::invalid_argument("speculative decoding '" + o.mode + "'" +
+                                    (o.mode == "draft" ? " with " + o.draft_model : std::string()) + ": " + e.what());
+  }
+  if (s->spec_ == nullptr) return Status::internal("llama.cpp's speculative decoding did not start");
+  log::info("engine", "speculative decoding: " + o.mode +
+                          (s->draft_ ? std::string(s->draft_->eagle3 ? " (EAGLE3 draft " : " (draft ") +
+                                           o.draft_model + ")"
+                                     : std::string(" (n-gram key of ") + std::to_string(kNgramKey) + " tokens)") +
+                          ", up to " + std::to_string(o.draft_max) + " tokens a step");
+  return s;
+}
+
+void Speculator::begin(int seq, const std::vector<int>& held) {
+  common_speculative_begin(spec_, seq, std::vector<llama_token>(held.begin(), held.end()));
+}
+
+void Speculator::want_draft(int seq, const std::vector<int>& held, int last, int pos, int n_max,
+                            std::vector<int>* out) {
+  std::vector<int>& h = held_[static_cast<size_t>(seq)];
+  h = held;
+  out->clear();
+  auto& dp = common_speculative_get_draft_params(spec_, seq);
+  dp.drafting = true;
+  dp.n_max = n_max;
+  dp.pos0 = pos;
+  dp.id_last = last;
+  dp.prompt = &h;
+  dp.result = out;
+}
+
+void Speculator::draft_all() {
+  common_speculative_draft(spec_);
+  if (!draft_) return;
+  // Drafting decoded its proposals into the draft's streams; the target's batch brings them back
+  // through process(), after the positions the target holds.
+  llama_memory_t mem = llama_get_memory(draft_->ctx);
+  for (size_t seq = 0; seq < held_.size(); ++seq) {
+    auto& dp = common_speculative_get_draft_params(spec_, static_cast<int>(seq));
+    if (dp.result == nullptr) continue;
+    llama_memory_seq_rm(mem, static_cast<int>(seq), dp.pos0, -1);
+    dp.result = nullptr;
+  }
+}
+
+bool Speculator::process(const llama_batch& batch) {
+  if (failed_) return false;
+  bool ok = false;
+  try {
+    ok = common_speculative_process(spec_, batch);
+  } catch (const std::exception& e) {
+    log::warn("engine", std::string("speculative decoding: the draft's step failed: ") + e.what());
+  }
+  if (!ok) {
+    failed_ = true;
+    log::warn("engine", "speculative decoding is off from now on: the draft model's decode failed");
+  }
+  return ok;
+}
+
+void Speculator::accept(int seq, int n_accepted) {
+  common_speculative_accept(spec_, seq, static_cast<uint16_t>(n_accepted));
+}
+
+void Speculator::cut(int seq, int pos) {
+  if (!draft_) return;
+  llama_memory_t mem = llama_get_memory(draft_->ctx);
+  // llama.cpp takes a stream's next batch right after its last position, or anywhere when it is
+  // empty: a stream that would not end at `pos` is emptied.
+  if (!llama_memory_seq_rm(mem, seq, pos, -1) || llama_memory_seq_pos_max(mem, seq) + 1 != pos) {
+    llama_memory_seq_rm(mem, seq, -1, -1);
+  }
+}
+
+void Speculator::refill(int seq, const std::vector<int>& tokens) {
+  if (!draft_ || failed_) return;
+  cut(seq, 0);
+  // An EAGLE3 draft reads the target's hidden states of each position, which a restored state
+  // does not bring: its stream starts at the restored end, with less to go on.
+  if (draft_->eagle3 || tokens.empty()) return;
+  const int n_batch = static_cast<int>(llama_n_batch(draft_->ctx));
+  llama_batch batch = llama_batch_init(n_batch, 0, 1);
+  for (size_t i = 0; i < tokens.size() && !failed_;) {
+    batch.n_tokens = 0;
+    for (; i < tokens.size() && batch.n_tokens < n_batch; ++i) {
+      common_batch_add(batch, tokens[i], static_cast<llama_pos>(i), {seq}, false);
+    }
+    if (llama_decode(draft_->ctx, batch) != 0) {
+      log::warn("engine", "speculative decoding: the draft model could not read a restored prompt; its stream "
+                          "starts at the restored end");
+      cut(seq, 0);
+      break;
+    }
+  }
+  llama_batch_free(batch);
+}
+
+void Speculator::count_step(int drafted, int accepted) {
+  ++stats_.steps;
+  stats_.drafted += static_cast<uint64_t>(drafted);
+  stats_.accepted += static_cast<uint64_t>(accepted);
+}
+
+}  // namespace tandem::engine
