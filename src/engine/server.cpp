@@ -264,6 +264,8 @@ EngineEvent Server::status_event() {
     e.status.waiting = st.waiting;
     e.status.tokens_per_s = st.tokens_per_s;
     e.status.prompt_cache = st.prompt_cache;
+    e.status.speculative = st.speculative;
+    e.status.speculation = st.speculation;
   } else {
     e.status.slots_total = config_.scheduler.parallel;
   }

@@ -38,16 +38,13 @@ struct Speculator::Draft {
 };
 
 Speculator::Speculator(SpeculationOptions options, llama_context* target, int n_seq)
-    : options_(std::move(options)),
-      target_(target),
-      held_(static_cast<size_t>(n_seq)) {}
+    : options_(std::move(options)), target_(target), held_(static_cast<size_t>(n_seq)) {}
 
 Speculator::~Speculator() {
   if (spec_ != nullptr) common_speculative_free(spec_);
 }
 
-Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions& o, llama_context* target,
-                                                       int n_seq) {
+Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions& o, llama_context* target, int n_seq) {
   TANDEM_RETURN_IF_ERROR(check_speculation_mode(o.mode));
   if (o.mode == "off") return std::unique_ptr<Speculator>();
   if (o.draft_max < 1 || o.draft_max > 32)
@@ -67,8 +64,7 @@ Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions&
     const std::string& path = o.draft_model;
     std::error_code ec;
     if (path.empty()) return Status::invalid_argument("speculative decoding 'draft' needs a draft model");
-    if (!std::filesystem::is_regular_file(path, ec))
-      return Status::not_found("draft model " + path + ": no such file");
+    if (!std::filesystem::is_regular_file(path, ec)) return Status::not_found("draft model " + path + ": no such file");
     s->draft_ = std::make_unique<Draft>();
     s->draft_->eagle3 = is_eagle3(path);
     llama_model_params mp = llama_model_default_params();
@@ -112,11 +108,11 @@ Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions&
                                     (o.mode == "draft" ? " with " + o.draft_model : std::string()) + ": " + e.what());
   }
   if (s->spec_ == nullptr) return Status::internal("llama.cpp's speculative decoding did not start");
-  log::info("engine", "speculative decoding: " + o.mode +
-                          (s->draft_ ? std::string(s->draft_->eagle3 ? " (EAGLE3 draft " : " (draft ") +
-                                           o.draft_model + ")"
-                                     : std::string(" (n-gram key of ") + std::to_string(kNgramKey) + " tokens)") +
-                          ", up to " + std::to_string(o.draft_max) + " tokens a step");
+  log::info("engine",
+            "speculative decoding: " + o.mode +
+                (s->draft_ ? std::string(s->draft_->eagle3 ? " (EAGLE3 draft " : " (draft ") + o.draft_model + ")"
+                           : std::string(" (n-gram key of ") + std::to_string(kNgramKey) + " tokens)") +
+                ", up to " + std::to_string(o.draft_max) + " tokens a step");
   return s;
 }
 
@@ -195,8 +191,9 @@ void Speculator::refill(int seq, const std::vector<int>& tokens) {
       common_batch_add(batch, tokens[i], static_cast<llama_pos>(i), {seq}, false);
     }
     if (llama_decode(draft_->ctx, batch) != 0) {
-      log::warn("engine", "speculative decoding: the draft model could not read a restored prompt; its stream "
-                          "starts at the restored end");
+      log::warn("engine",
+                "speculative decoding: the draft model could not read a restored prompt; its stream "
+                "starts at the restored end");
       cut(seq, 0);
       break;
     }

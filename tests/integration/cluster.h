@@ -15,6 +15,12 @@
 
 namespace tandem::testing {
 
+// The value of the Prometheus sample `name` (with its labels) in a /metrics page, or -1.
+inline double sample(const std::string& metrics, const std::string& name) {
+  const size_t at = metrics.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + name.size() + 2));
+}
+
 class LocalCluster {
  public:
   // Writes the model, secret and key, starts `workers` workers and the gateway (with

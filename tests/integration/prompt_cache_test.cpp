@@ -41,12 +41,6 @@ json post(httplib::Client& c, const LocalCluster& cluster, const std::string& pr
   return r && r->status == 200 ? json::parse(r->body) : json::object();
 }
 
-// The value of the Prometheus sample `name` (with its labels), or -1.
-double sample(const std::string& metrics, const std::string& name) {
-  const size_t at = metrics.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + name.size() + 2));
-}
-
 TEST(PromptCache, AReturningConversationIsServedFromEachNodesShareAndTheFiguresSaySo) {
   ScratchDir dir;
   LocalCluster cluster(dir, 1, {"--parallel", "1", "--prompt-cache", "256MiB"});

@@ -1,0 +1,99 @@
+// Speculative decoding in `tandem serve` over a real split (the head and one worker): n-gram drafts
+// and a draft model on the head, each verify step one step through the split, the greedy text of
+// decoding without it, and the figures on /health and /metrics.
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "cluster.h"
+
+namespace tandem::testing {
+namespace {
+
+using nlohmann::json;
+
+// A prompt the tiny model's greedy continuation repeats, as an agent re-emits an edit.
+std::string repeating_prompt() {
+  std::string p = "Copy the list exactly:";
+  for (int i = 0; i < 10; ++i) p += " alpha beta gamma delta epsilon zeta eta theta";
+  return p;
+}
+
+// The greedy completion's text, and /health's speculative object once the status poll shows a step.
+struct Served {
+  std::string text;
+  json speculative;
+  std::string metrics;
+};
+
+Served serve_once(const ScratchDir& dir, const std::vector<std::string>& args) {
+  // Verify steps of at most 3 rows: the CPU's repacked weights take gemv below 4 rows, as for
+  // one token (docs/engine-protocol.md, exactness), so the text is decoding's one by one.
+  std::vector<std::string> serve = {"--parallel", "1"};
+  serve.insert(serve.end(), args.begin(), args.end());
+  // IQ4_XS: the tiny model's greedy text then repeats itself, which n-gram drafts need.
+  LocalCluster cluster(dir, 1, serve, {}, "--type IQ4_XS");
+  Served out;
+  EXPECT_TRUE(cluster.wait_ready()) << cluster.log();
+  httplib::Client c("127.0.0.1", cluster.port());
+  c.set_read_timeout(120, 0);
+  const httplib::Headers auth = {{"Authorization", "Bearer " + cluster.key()}};
+  const json body = {{"model", "tiny"},     {"prompt", repeating_prompt()}, {"max_tokens", 32},
+                     {"temperature", 0}, {"ignore_eos", true}};
+  auto r = c.Post("/v1/completions", auth, body.dump(), "application/json");
+  EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer") << "\n" << cluster.log();
+  if (!r || r->status != 200) return out;
+  out.text = json::parse(r->body)["choices"][0]["text"];
+  // The engine's figures reach the gateway with its status poll.
+  for (int i = 0; i < 100; ++i) {
+    out.speculative = json::parse(c.Get("/health", auth)->body)["speculative"];
+    if (out.speculative.value("mode", "off") == "off" || out.speculative.value("steps", 0) > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  out.metrics = c.Get("/metrics")->body;
+  return out;
+}
+
+TEST(Speculation, NgramAndADraftModelThroughTheSplitKeepTheTextAndShowTheirFigures) {
+  ScratchDir dir;
+  const Served off = serve_once(dir, {});
+  ASSERT_FALSE(off.text.empty());
+  EXPECT_EQ(off.speculative["mode"], "off");
+  EXPECT_EQ(off.speculative["steps"], 0);
+  const std::string model = dir.file("tiny.gguf");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--speculative", "ngram", "--draft-max", "2"},
+        std::vector<std::string>{"--speculative", "draft", "--draft-model", model, "--draft-max", "2"}}) {
+    ScratchDir again;
+    const Served on = serve_once(again, args);
+    EXPECT_EQ(on.text, off.text) << args[1];
+    const json& s = on.speculative;
+    EXPECT_EQ(s["mode"], args[1]);
+    EXPECT_GT(s["steps"].get<int>(), 0) << s.dump();
+    EXPECT_GT(s["accepted"].get<int>(), 0) << s.dump();
+    EXPECT_LE(s["accepted"].get<int>(), s["drafted"].get<int>());
+    EXPECT_GT(s["acceptance_length"].get<double>(), 1.0) << s.dump();
+    EXPECT_EQ(sample(on.metrics, "tandem_speculative_accepted_tokens_total"), s["accepted"].get<double>()) << on.metrics;
+    EXPECT_EQ(sample(on.metrics, "tandem_speculative_steps_total"), s["steps"].get<double>()) << on.metrics;
+  }
+}
+
+// A draft file that is not a model is refused before anything starts, naming it.
+TEST(Speculation, ServeRefusesADraftModelThatIsNotAModel) {
+  ScratchDir dir;
+  write_file(dir.file("junk.gguf"), "not a model");
+  auto r = run_tandem("serve --speculative draft --draft-model " + dir.file("junk.gguf") + " -m " +
+                          dir.file("missing.gguf") + " --insecure-no-auth",
+                      dir.file(""));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("junk.gguf"), std::string::npos) << r.err;
+  auto none = run_tandem("serve --speculative draft -m " + dir.file("missing.gguf") + " --insecure-no-auth", dir.file(""));
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("draft_model"), std::string::npos) << none.err;
+}
+
+}  // namespace
+}  // namespace tandem::testing
