@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "bench/client.h"
 
@@ -22,6 +24,41 @@ const Figure* BenchResult::find(const std::string& name) const {
 }
 
 namespace {
+
+// tandem's speculative decoding counters on /health; absent on other servers or with it off.
+struct Drafts {
+  double steps = 0, drafted = 0, accepted = 0;
+};
+std::optional<Drafts> read_drafts(Client& client) {
+  const auto h = client.health();
+  if (!h || !h->contains("speculative")) return std::nullopt;
+  const nlohmann::json& s = (*h)["speculative"];
+  if (s.value("mode", "off") == "off") return std::nullopt;
+  return Drafts{s.value("steps", 0.0), s.value("drafted", 0.0), s.value("accepted", 0.0)};
+}
+
+// The counters once the last request's steps show: the gateway asks the engine for them every
+// second, so they are read until two reads a poll apart agree.
+std::optional<Drafts> settled_drafts(Client& client) {
+  std::optional<Drafts> last = read_drafts(client);
+  for (int i = 0; i < 5 && last; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    std::optional<Drafts> now = read_drafts(client);
+    if (now && now->steps == last->steps) return now;
+    last = now;
+  }
+  return last;
+}
+
+// What speculative decoding did over the figures' requests: the tokens a checking step gave on
+// average (spec_acceptance_length), and the drafted and accepted tokens (one sample each).
+void speculation_figures(const std::optional<Drafts>& before, const std::optional<Drafts>& after, BenchResult* out) {
+  if (!before || !after || after->steps <= before->steps) return;
+  const double steps = after->steps - before->steps, accepted = after->accepted - before->accepted;
+  out->figures.push_back(summarize("spec_acceptance_length", "tok", {1.0 + accepted / steps}));
+  out->figures.push_back(summarize("spec_drafted_tokens", "tok", {after->drafted - before->drafted}));
+  out->figures.push_back(summarize("spec_accepted_tokens", "tok", {accepted}));
+}
 
 // Decode, TTFT, decode after long prompts, prefill and aggregate figures.
 Status standard_figures(Client& client, const BenchOptions& o, std::mt19937& rng, BenchResult* out) {
@@ -111,8 +148,10 @@ Result<BenchResult> run_bench(const BenchOptions& in) {
   BenchResult result;
   result.model = o.model;
   if (!o.only_conversations) {
+    const auto before = settled_drafts(client);
     Status s = standard_figures(client, o, rng, &result);
     if (!s.is_ok()) return s;
+    speculation_figures(before, before ? settled_drafts(client) : std::nullopt, &result);
   }
   if (o.conversations > 0) {
     Status s = conversation_figures(client, o, rng, &result);

@@ -54,6 +54,8 @@ struct BenchResult {
 // returning turn's link bytes less the continuing ones' median, at least 0), link_bytes_per_save (what crossed while a
 // state was saved after its turn), state_kv_bytes and state_worker_kv_bytes (a saved state's size,
 // and the workers' part of it).
+// Against a tandem server with speculative decoding on: spec_acceptance_length (1 + accepted ÷
+// checking steps over the figures' requests), spec_drafted_tokens and spec_accepted_tokens.
 // Runs every figure against the server. An error names the request that failed and the server's
 // answer (e.g. 401 with its message, a connection refused).
 Result<BenchResult> run_bench(const BenchOptions& options);

@@ -27,6 +27,7 @@ struct Served {
   std::string text;
   json speculative;
   std::string metrics;
+  json bench;  // `tandem bench --json`'s figures, run after the completion
 };
 
 Served serve_once(const ScratchDir& dir, const std::vector<std::string>& args) {
@@ -41,8 +42,8 @@ Served serve_once(const ScratchDir& dir, const std::vector<std::string>& args) {
   httplib::Client c("127.0.0.1", cluster.port());
   c.set_read_timeout(120, 0);
   const httplib::Headers auth = {{"Authorization", "Bearer " + cluster.key()}};
-  const json body = {{"model", "tiny"},     {"prompt", repeating_prompt()}, {"max_tokens", 32},
-                     {"temperature", 0}, {"ignore_eos", true}};
+  const json body = {
+      {"model", "tiny"}, {"prompt", repeating_prompt()}, {"max_tokens", 32}, {"temperature", 0}, {"ignore_eos", true}};
   auto r = c.Post("/v1/completions", auth, body.dump(), "application/json");
   EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer") << "\n" << cluster.log();
   if (!r || r->status != 200) return out;
@@ -54,6 +55,12 @@ Served serve_once(const ScratchDir& dir, const std::vector<std::string>& args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   out.metrics = c.Get("/metrics")->body;
+  auto b =
+      run_tandem("bench --json --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key " + cluster.key() +
+                     " --runs 1 --gen-tokens 48 --ttft-tokens 200 --prefill-tokens 64 --concurrency 1",
+                 dir.file(""));
+  EXPECT_EQ(b.exit_code, 0) << b.err << cluster.log();
+  if (b.exit_code == 0) out.bench = json::parse(b.out)["figures"];
   return out;
 }
 
@@ -63,6 +70,7 @@ TEST(Speculation, NgramAndADraftModelThroughTheSplitKeepTheTextAndShowTheirFigur
   ASSERT_FALSE(off.text.empty());
   EXPECT_EQ(off.speculative["mode"], "off");
   EXPECT_EQ(off.speculative["steps"], 0);
+  EXPECT_FALSE(off.bench.contains("spec_acceptance_length")) << "no drafts without speculation";
   const std::string model = dir.file("tiny.gguf");
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--speculative", "ngram", "--draft-max", "2"},
@@ -76,8 +84,14 @@ TEST(Speculation, NgramAndADraftModelThroughTheSplitKeepTheTextAndShowTheirFigur
     EXPECT_GT(s["accepted"].get<int>(), 0) << s.dump();
     EXPECT_LE(s["accepted"].get<int>(), s["drafted"].get<int>());
     EXPECT_GT(s["acceptance_length"].get<double>(), 1.0) << s.dump();
-    EXPECT_EQ(sample(on.metrics, "tandem_speculative_accepted_tokens_total"), s["accepted"].get<double>()) << on.metrics;
+    EXPECT_EQ(sample(on.metrics, "tandem_speculative_accepted_tokens_total"), s["accepted"].get<double>())
+        << on.metrics;
     EXPECT_EQ(sample(on.metrics, "tandem_speculative_steps_total"), s["steps"].get<double>()) << on.metrics;
+    // `tandem bench` reports what speculation did over its requests.
+    ASSERT_TRUE(on.bench.contains("spec_acceptance_length")) << on.bench.dump();
+    EXPECT_GT(on.bench["spec_acceptance_length"]["median"].get<double>(), 1.0);
+    EXPECT_GE(on.bench["spec_drafted_tokens"]["median"].get<double>(),
+              on.bench["spec_accepted_tokens"]["median"].get<double>());
   }
 }
 
@@ -90,7 +104,8 @@ TEST(Speculation, ServeRefusesADraftModelThatIsNotAModel) {
                       dir.file(""));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("junk.gguf"), std::string::npos) << r.err;
-  auto none = run_tandem("serve --speculative draft -m " + dir.file("missing.gguf") + " --insecure-no-auth", dir.file(""));
+  auto none =
+      run_tandem("serve --speculative draft -m " + dir.file("missing.gguf") + " --insecure-no-auth", dir.file(""));
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(none.err.find("draft_model"), std::string::npos) << none.err;
 }
