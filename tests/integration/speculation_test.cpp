@@ -2,6 +2,7 @@
 // and a draft model on the head, each verify step one step through the split, the greedy text of
 // decoding without it, and the figures on /health and /metrics.
 #include <httplib.h>
+#include <signal.h>
 
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -93,6 +94,44 @@ TEST(Speculation, NgramAndADraftModelThroughTheSplitKeepTheTextAndShowTheirFigur
     EXPECT_GE(on.bench["spec_drafted_tokens"]["median"].get<double>(),
               on.bench["spec_accepted_tokens"]["median"].get<double>());
   }
+}
+
+// A worker lost during a verify step ends that request with an error naming it, as without
+// speculation; once the worker is back the cluster serves with its drafts again.
+TEST(Speculation, AWorkerLostMidStepEndsTheRequestAndTheClusterRecovers) {
+  ScratchDir dir;
+  ScratchDir draft_dir;
+  ASSERT_EQ(run_tandem("synth --preset tiny --type IQ4_XS -o " + draft_dir.file("draft.gguf"), dir.file("")).exit_code,
+            0);
+  LocalCluster cluster(
+      dir, 1,
+      {"--parallel", "1", "--speculative", "draft", "--draft-model", draft_dir.file("draft.gguf"), "--draft-max", "4"},
+      {}, "--type IQ4_XS");
+  ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
+  const json body = {{"model", "tiny"}, {"prompt", "Go"}, {"max_tokens", 450}, {"stream", true}, {"ignore_eos", true}};
+  AsyncPost stream(cluster.port(), cluster.key(), "/v1/completions", body.dump());
+  ASSERT_TRUE(stream.wait_first_text(30000)) << "the stream never got under way: " << stream.body();
+  cluster.kill_worker(0, SIGKILL);
+  const std::string out = stream.body();
+  EXPECT_EQ(out.find("[DONE]"), std::string::npos) << "the stream must not look complete: " << out;
+  EXPECT_NE(out.find("w0"), std::string::npos) << "the error names the lost worker: " << out;
+  EXPECT_TRUE(cluster.gateway().running());
+  cluster.restart_worker(0);
+  ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
+  httplib::Client c("127.0.0.1", cluster.port());
+  c.set_read_timeout(120, 0);
+  const httplib::Headers auth = {{"Authorization", "Bearer " + cluster.key()}};
+  const json again = {{"model", "tiny"}, {"prompt", repeating_prompt()}, {"max_tokens", 16}, {"temperature", 0}};
+  auto r = c.Post("/v1/completions", auth, again.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  json h;
+  for (int i = 0; i < 100; ++i) {
+    h = json::parse(c.Get("/health", auth)->body)["speculative"];
+    if (h.value("steps", 0) > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GT(h.value("steps", 0), 0) << "the restarted engine drafts again: " << h.dump();
 }
 
 // A draft file that is not a model is refused before anything starts, naming it.
