@@ -20,9 +20,20 @@ namespace {
 // short enough that a re-emitted line of code or a tool result's field does.
 constexpr uint16_t kNgramKey = 8;
 
-bool is_eagle3(const std::string& path) {
-  const auto types = common_speculative_types_from_gguf(path);
-  return std::find(types.begin(), types.end(), COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3) != types.end();
+// The pinned common_speculative_types_from_gguf knows MTP and DFlash drafts, not EAGLE3 ones: the
+// architecture says it.
+std::string architecture(const llama_model* model) {
+  char arch[64] = {0};
+  return llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch) > 0 ? arch : "";
+}
+
+// Target architectures whose pinned graph records the layer inputs an EAGLE3 draft reads; others
+// abort the process in their first decode (minimax-m3 among them).
+bool records_layer_inputs(const std::string& arch) {
+  // pinned llama.cpp: text src/models/qwen3moe.cpp res->t_layer_inp
+  static const char* const kRecorded[] = {"llama",  "qwen3",     "qwen3moe", "qwen3next",
+                                          "qwen35", "qwen35moe", "gpt-oss",  "minimax-m2"};
+  return std::find(std::begin(kRecorded), std::end(kRecorded), arch) != std::end(kRecorded);
 }
 
 }  // namespace
@@ -66,7 +77,6 @@ Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions&
     if (path.empty()) return Status::invalid_argument("speculative decoding 'draft' needs a draft model");
     if (!std::filesystem::is_regular_file(path, ec)) return Status::not_found("draft model " + path + ": no such file");
     s->draft_ = std::make_unique<Draft>();
-    s->draft_->eagle3 = is_eagle3(path);
     llama_model_params mp = llama_model_default_params();
     // On the head, whole: its first GPU, else the CPU; the workers' devices never.
     std::vector<ggml_backend_dev_t> devices = local_gpus();
@@ -80,6 +90,14 @@ Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions&
       const std::string why = take_last_llama_error();
       return Status::invalid_argument("draft model " + path + ": libllama cannot load it" +
                                       (why.empty() ? "" : ": " + why));
+    }
+    s->draft_->eagle3 = architecture(s->draft_->model) == "eagle3";
+    const std::string target_arch = architecture(llama_get_model(target));
+    if (s->draft_->eagle3 && !records_layer_inputs(target_arch)) {
+      return Status::invalid_argument("draft model " + path + ": an EAGLE3 draft reads the hidden states of the " +
+                                      target_arch +
+                                      " model's layers, which the pinned llama.cpp does not record for that "
+                                      "architecture; use an ordinary draft model or --speculative ngram");
     }
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = llama_n_ctx(target);

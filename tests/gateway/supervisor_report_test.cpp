@@ -63,7 +63,10 @@ TEST(SupervisorReport, TheMetricFamiliesKeepTheirNamesAndOrder) {
                                              "tandem_prompt_cache_misses_total",
                                              "tandem_prompt_cache_evictions_total",
                                              "tandem_prompt_cache_restored_tokens_total",
-                                             "tandem_prompt_cache_failed_restores_total"};
+                                             "tandem_prompt_cache_failed_restores_total",
+                                             "tandem_speculative_steps_total",
+                                             "tandem_speculative_drafted_tokens_total",
+                                             "tandem_speculative_accepted_tokens_total"};
   EXPECT_EQ(family_names(supervisor_metric_families(two_workers_ready())), expected);
 }
 
