@@ -271,39 +271,6 @@ TEST(Draft, RefusesATargetWithoutATokenizer) {
   EXPECT_NE(r.status().message().find("tokenizer cannot be copied"), std::string::npos) << r.status().message();
 }
 
-TEST(DraftCli, WritesBothDraftsAndRefusesMisuse) {
-  ScratchDir dir;
-  const std::string d = dir.file("");
-  ASSERT_EQ(tandem::testing::run_tandem("synth --preset tiny-qwen3moe -o " + dir.file("t.gguf"), d).exit_code, 0);
-
-  auto small = tandem::testing::run_tandem("synth --draft-for " + dir.file("t.gguf") + " -o " + dir.file("s.gguf"), d);
-  ASSERT_EQ(small.exit_code, 0) << small.err;
-  EXPECT_NE(small.out.find("small draft for"), std::string::npos) << small.out;
-  EXPECT_EQ(gguf_arch(dir.file("s.gguf")), "qwen3");
-
-  auto eagle =
-      tandem::testing::run_tandem("synth --draft-for " + dir.file("t.gguf") +
-                                      " --draft-kind eagle3 --target-layers 1,0,1 --seed 7 -o " + dir.file("e.gguf"),
-                                  d);
-  ASSERT_EQ(eagle.exit_code, 0) << eagle.err;
-  EXPECT_NE(eagle.out.find("reads target layers 1, 0, 1"), std::string::npos) << eagle.out;
-  EXPECT_EQ(gguf_taps(dir.file("e.gguf")), (std::vector<int32_t>{1, 0, 1}));
-
-  auto missing =
-      tandem::testing::run_tandem("synth --draft-for " + dir.file("none.gguf") + " -o " + dir.file("x.gguf"), d);
-  EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_NE(missing.err.find("none.gguf: no such file"), std::string::npos) << missing.err;
-  // Usage errors: a preset's shape flag with --draft-for, a draft flag without it.
-  EXPECT_EQ(tandem::testing::run_tandem(
-                "synth --draft-for " + dir.file("t.gguf") + " --experts 4 -o " + dir.file("x.gguf"), d)
-                .exit_code,
-            2);
-  EXPECT_EQ(tandem::testing::run_tandem("synth --draft-kind eagle3 -o " + dir.file("x.gguf"), d).exit_code, 2);
-  EXPECT_FALSE(std::filesystem::exists(dir.file("x.gguf")));
-  auto help = tandem::testing::run_tandem("synth --help", d);
-  EXPECT_NE(help.out.find("--draft-for"), std::string::npos);
-}
-
 // --- llama.cpp's speculative decoding, end to end, as examples/speculative-simple drives it ----
 
 struct SpeculativeRun {
