@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "common/progress.h"
 #include "common/units.h"
+#include "synth/draft.h"
 #include "synth/presets.h"
 #include "synth/writer.h"
 
@@ -21,6 +22,10 @@ struct SynthArgs {
   std::optional<uint64_t> seed;
   bool header_only = false;
   int threads = 0;
+  // --draft-for: a draft model for speculative decoding of that target (synth/draft.h)
+  std::string draft_for, draft_kind = "small";
+  std::vector<int32_t> target_layers;
+  bool own_embedding = false;
 };
 
 template <typename T>
@@ -61,6 +66,45 @@ synth::ModelSpec build_spec(const SynthArgs& a) {
   return s;
 }
 
+synth::DraftOptions build_draft_options(const SynthArgs& a) {
+  synth::DraftOptions o;
+  auto kind = synth::parse_draft_kind(a.draft_kind);
+  if (!kind.is_ok()) fail(kind.status().message(), 2);
+  o.kind = kind.value();
+  if (a.type) {
+    auto t = synth::parse_weight_type(*a.type);
+    if (!t.is_ok()) fail(t.status().message(), 2);
+    o.type = t.value();
+  }
+  apply(a.layers, o.n_layer);
+  apply(a.embd, o.n_embd);
+  apply(a.seed, o.seed);
+  o.target_layers = a.target_layers;
+  o.own_embedding = a.own_embedding;
+  return o;
+}
+
+void print_written(const synth::SynthResult& r) {
+  std::printf("wrote %s: %s (%llu bytes), %s parameters\n", r.path.c_str(), format_bytes(r.file_bytes).c_str(),
+              static_cast<unsigned long long>(r.file_bytes), format_count(static_cast<double>(r.n_params)).c_str());
+  std::printf("bytes read per generated token: %s (%llu)\n", format_bytes(r.active_bytes_per_token).c_str(),
+              static_cast<unsigned long long>(r.active_bytes_per_token));
+  std::printf("write speed: %.0f MB/s (%.1f s, flushed to disk)\n", r.bytes_per_s / 1e6, r.seconds);
+}
+
+void print_draft(const SynthArgs& a, const synth::DraftResult& r) {
+  const synth::ModelSpec& s = r.spec;
+  std::printf("%s draft for %s: %s, %u layer(s), hidden %u, the target's tokenizer (%u tokens)\n",
+              s.arch == "eagle3" ? "eagle3" : "small", a.draft_for.c_str(), s.arch.c_str(), s.n_layer, s.n_embd,
+              s.n_vocab);
+  if (s.arch == "eagle3") {
+    std::printf("reads target layers %d, %d, %d (hidden %u)%s\n", s.target_layers[0], s.target_layers[1],
+                s.target_layers[2], s.target_embd,
+                s.own_embedding ? ", own token embedding" : "; uses the target's token embedding");
+  }
+  print_written(r.file);
+}
+
 }  // namespace
 
 namespace {
@@ -96,20 +140,46 @@ void register_synth(CLI::App& app) {
   cmd->add_flag("--header-only", a.header_only,
                 "Write the tensor table only, no data: a small file that inspect and plan read as the real model");
   cmd->add_option("--threads", a.threads, "Generator threads (0: all cores)")->capture_default_str();
+  auto* draft_for = cmd->add_option(
+      "--draft-for", a.draft_for,
+      "Write a draft model for speculative decoding of this target GGUF instead of a preset: the target's "
+      "tokenizer, random weights (docs/synth.md). Takes --layers, --embd (small), --type, --seed, --threads");
+  for (const char* shaping : {"--preset", "--arch", "--dense-layers", "--heads", "--kv-heads", "--head-dim", "--ff",
+                              "--ff-exp", "--experts", "--experts-used", "--experts-shared", "--context", "--vocab",
+                              "--vocab-size", "--chat-template", "--header-only"}) {
+    draft_for->excludes(cmd->get_option(shaping));
+  }
+  cmd->add_option("--draft-kind", a.draft_kind,
+                  "With --draft-for: small (a 1-layer dense qwen3: llama.cpp's draft-simple) or eagle3 (llama.cpp's "
+                  "eagle3 architecture, one layer reading three of the target's layers: draft-eagle3)")
+      ->check(CLI::IsMember({"small", "eagle3"}))
+      ->capture_default_str()
+      ->needs(draft_for);
+  cmd->add_option("--target-layers", a.target_layers,
+                  "With --draft-kind eagle3: the three target layers whose inputs the draft reads, e.g. 2,30,57 "
+                  "(default: 2, n/2, n-3 from 6 layers up, else first, middle, last)")
+      ->delimiter(',')
+      ->needs(draft_for);
+  cmd->add_flag("--own-embedding", a.own_embedding,
+                "With --draft-kind eagle3: write a token embedding of its own (default: the draft uses the target's)")
+      ->needs(draft_for);
   cmd->callback([] {
-    const synth::ModelSpec spec = build_spec(a);
     synth::SynthOptions opts;
     opts.threads = a.threads;
     ProgressMeter meter("writing " + a.output, stderr, ::isatty(STDERR_FILENO) != 0);
     opts.progress = [&](uint64_t done, uint64_t total) { meter.update(done, total); };
+    if (!a.draft_for.empty()) {
+      auto r = synth::write_draft(a.draft_for, a.output, build_draft_options(a), opts);
+      if (!r.is_ok()) fail(r.status().message());
+      meter.finish();
+      print_draft(a, r.value());
+      return;
+    }
+    const synth::ModelSpec spec = build_spec(a);
     auto r = synth::write_model(spec, a.output, opts);
     if (!r.is_ok()) fail(r.status().message());
     if (!spec.header_only) meter.finish();
-    std::printf("wrote %s: %s (%llu bytes), %s parameters\n", r->path.c_str(), format_bytes(r->file_bytes).c_str(),
-                static_cast<unsigned long long>(r->file_bytes), format_count(static_cast<double>(r->n_params)).c_str());
-    std::printf("bytes read per generated token: %s (%llu)\n", format_bytes(r->active_bytes_per_token).c_str(),
-                static_cast<unsigned long long>(r->active_bytes_per_token));
-    std::printf("write speed: %.0f MB/s (%.1f s, flushed to disk)\n", r->bytes_per_s / 1e6, r->seconds);
+    print_written(r.value());
   });
 }
 

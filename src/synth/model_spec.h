@@ -11,7 +11,8 @@
 namespace tandem::synth {
 
 struct ModelSpec {
-  std::string arch = "minimax-m3";  // "minimax-m3", "qwen3moe" or "glm4moe"
+  // "minimax-m3", "qwen3moe" or "glm4moe"; the drafts of synth/draft.h also "qwen3" (dense) and "eagle3"
+  std::string arch = "minimax-m3";
   std::string name = "tandem-synth";
   uint32_t n_layer = 4;
   uint32_t n_layer_dense_lead = 1;  // minimax-m3, glm4moe: leading layers with a dense FFN
@@ -41,6 +42,14 @@ struct ModelSpec {
   uint32_t n_vocab = 0;                             // 0: the tokenizer's size; header-only models may set the real one
   std::string chat_template;                        // file in llama.cpp's models/templates, "" for none
   bool header_only = false;                         // write the tensor table only, no data
+  // qwen3: no output.weight; libllama uses the token embedding as the output head (as Qwen3-0.6B ties them).
+  bool tie_embeddings = false;
+  // eagle3 (one decoder layer): the three target layers whose inputs it reads (llama.cpp's
+  // `eagle3.target_layers`), the target's hidden size, and whether it carries a token embedding of
+  // its own (without one, libllama reads the target's, and a context needs the target's beside it).
+  std::vector<int32_t> target_layers;
+  uint32_t target_embd = 0;
+  bool own_embedding = false;
   uint64_t seed = 42;
 };
 

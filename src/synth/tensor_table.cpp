@@ -120,6 +120,30 @@ void qwen3moe(Table& t, const ModelSpec& s) {
   }
 }
 
+// A dense model (the small draft): attention and a dense FFN in every layer.
+void qwen3(Table& t, const ModelSpec& s) {
+  for (uint32_t i = 0; i < s.n_layer; ++i) {
+    attention(t, s, i);
+    dense_ffn(t, s, i);
+  }
+}
+
+// llama.cpp's eagle3 (src/models/eagle3.cpp): `fc` fuses the three target layers' hidden states
+// into one; the single decoder layer's attention reads the normed token embedding and the normed
+// fused state side by side (2 x hidden wide), `attn_norm_2` being the latter's norm.
+void eagle3(Table& t, const ModelSpec& s) {
+  const int64_t e = s.n_embd, q = int64_t{s.head_dim} * s.n_head, kv = int64_t{s.head_dim} * s.n_head_kv;
+  t.matrix("fc.weight", int64_t{s.target_embd} * static_cast<int64_t>(s.target_layers.size()), e);
+  t.f32(blk(0, "attn_norm.weight"), e, 1, Fill::ones);
+  t.f32(blk(0, "attn_norm_2.weight"), e, 1, Fill::ones);
+  t.matrix(blk(0, "attn_q.weight"), 2 * e, q);
+  t.matrix(blk(0, "attn_k.weight"), 2 * e, kv);
+  t.matrix(blk(0, "attn_v.weight"), 2 * e, kv);
+  t.matrix(blk(0, "attn_output.weight"), q, e);
+  t.f32(blk(0, "ffn_norm.weight"), e, 1, Fill::ones);
+  dense_ffn(t, s, 0);
+}
+
 void glm4moe(Table& t, const ModelSpec& s) {
   for (uint32_t i = 0; i < s.n_layer; ++i) {
     attention(t, s, i);
@@ -130,12 +154,33 @@ void glm4moe(Table& t, const ModelSpec& s) {
   }
 }
 
+bool is_moe(const std::string& arch) { return arch == "minimax-m3" || arch == "qwen3moe" || arch == "glm4moe"; }
+
+// The drafts' own rules: whole-head rotation, a dense FFN, and eagle3's single layer and taps.
+Status validate_dense(const ModelSpec& s) {
+  auto bad = [](const std::string& m) { return Status::invalid_argument(m); };
+  if (s.n_rot != s.head_dim) return bad(s.arch + " rotates whole heads: rotary dimensions must equal the head size");
+  if (s.n_ff == 0 || s.n_ff % 32 != 0)
+    return bad("dense FFN size must be a positive multiple of 32, got " + std::to_string(s.n_ff));
+  if (s.arch != "eagle3") return Status::ok();
+  if (s.n_layer != 1) return bad("eagle3 has exactly one decoder layer, got " + std::to_string(s.n_layer));
+  if (s.target_layers.size() != 3)
+    return bad("eagle3 reads exactly 3 target layers, got " + std::to_string(s.target_layers.size()));
+  for (int32_t l : s.target_layers)
+    if (l < 0) return bad("eagle3 target layers must not be negative, got " + std::to_string(l));
+  if (s.target_embd == 0 || s.target_embd % 32 != 0)
+    return bad("eagle3 target hidden size must be a positive multiple of 32, got " + std::to_string(s.target_embd));
+  if (s.tie_embeddings) return bad("eagle3 has an output head of its own: it cannot tie it to the embedding");
+  return Status::ok();
+}
+
 }  // namespace
 
 Status validate_spec(const ModelSpec& s) {
   auto bad = [](const std::string& m) { return Status::invalid_argument(m); };
-  if (s.arch != "minimax-m3" && s.arch != "qwen3moe" && s.arch != "glm4moe")
-    return bad("unknown architecture '" + s.arch + "' (supported: minimax-m3, qwen3moe, glm4moe)");
+  if (!is_moe(s.arch) && s.arch != "qwen3" && s.arch != "eagle3")
+    return bad("unknown architecture '" + s.arch +
+               "' (supported: minimax-m3, qwen3moe, glm4moe; drafts: qwen3, eagle3)");
   if (!generatable_type(s.type))
     return bad("weight type " + std::string(ggml_type_name(static_cast<ggml_type>(s.type))) +
                " cannot be generated (use F32, F16, Q8_0, Q4_K or IQ4_XS)");
@@ -150,6 +195,7 @@ Status validate_spec(const ModelSpec& s) {
     return bad("head size must be even and positive, got " + std::to_string(s.head_dim));
   if (s.n_rot == 0 || s.n_rot % 2 != 0 || s.n_rot > s.head_dim)
     return bad("rotary dimensions must be even and at most the head size, got " + std::to_string(s.n_rot));
+  if (!is_moe(s.arch)) return validate_dense(s);
   if (s.n_expert == 0 || s.n_expert > 1024) return bad("experts must be in 1..1024, got " + std::to_string(s.n_expert));
   if (s.n_expert_used == 0 || s.n_expert_used > s.n_expert) {
     return bad("used experts must be in 1.." + std::to_string(s.n_expert) + ", got " + std::to_string(s.n_expert_used));
@@ -180,16 +226,22 @@ Result<std::vector<TensorSpec>> tensor_table(const ModelSpec& spec, uint32_t n_v
   TANDEM_RETURN_IF_ERROR(validate_spec(spec));
   if (n_vocab == 0) return Status::invalid_argument("vocabulary size must be positive");
   Table t(spec);
-  t.matrix("token_embd.weight", spec.n_embd, n_vocab, 1,
-           std::sqrt(static_cast<float>(spec.n_embd)));  // unit-variance rows
+  if (spec.arch != "eagle3" || spec.own_embedding) {
+    t.matrix("token_embd.weight", spec.n_embd, n_vocab, 1,
+             std::sqrt(static_cast<float>(spec.n_embd)));  // unit-variance rows
+  }
   if (spec.arch == "minimax-m3")
     minimax_m3(t, spec);
   else if (spec.arch == "glm4moe")
     glm4moe(t, spec);
-  else
+  else if (spec.arch == "qwen3moe")
     qwen3moe(t, spec);
+  else if (spec.arch == "qwen3")
+    qwen3(t, spec);
+  else
+    eagle3(t, spec);
   t.f32("output_norm.weight", spec.n_embd, 1, Fill::ones);
-  t.matrix("output.weight", spec.n_embd, n_vocab, 1, 3.0f);  // logits with a spread of ~3
+  if (!spec.tie_embeddings) t.matrix("output.weight", spec.n_embd, n_vocab, 1, 3.0f);  // logits with a spread of ~3
   return std::move(t.out);
 }
 

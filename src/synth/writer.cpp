@@ -117,9 +117,16 @@ void set_arch_kv(gguf_context* g, const ModelSpec& s, uint32_t n_vocab) {
   u32("embedding_length", s.n_embd);
   u32("block_count", s.n_layer);
   u32("feed_forward_length", s.n_ff);
-  u32("expert_feed_forward_length", s.n_ff_exp);
-  u32("expert_count", s.n_expert);
-  u32("expert_used_count", s.n_expert_used);
+  if (s.arch != "qwen3" && s.arch != "eagle3") {  // the drafts are dense
+    u32("expert_feed_forward_length", s.n_ff_exp);
+    u32("expert_count", s.n_expert);
+    u32("expert_used_count", s.n_expert_used);
+  }
+  if (s.arch == "eagle3") {
+    gguf_set_arr_data(g, (a + "target_layers").c_str(), GGUF_TYPE_INT32, s.target_layers.data(),
+                      s.target_layers.size());
+    u32("target_hidden_size", s.target_embd);
+  }
   u32("attention.head_count", s.n_head);
   u32("attention.head_count_kv", s.n_head_kv);
   u32("attention.key_length", s.head_dim);

@@ -122,6 +122,42 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_NE(r.err.find("Q3_K"), std::string::npos) << r.err;
 }
 
+// `synth --draft-for` (tests/synth/draft_test.cpp tests the drafts themselves).
+TEST(Cli, SynthWritesBothDraftsForATargetAndRefusesMisuse) {
+  ScratchDir dir;
+  const std::string d = dir.file(""), target = dir.file("t.gguf");
+  ASSERT_EQ(run_tandem("synth --preset tiny-qwen3moe -o " + target, d).exit_code, 0);
+  auto arch_of = [&](const std::string& path) {
+    auto r = run_tandem("inspect --json " + path, d);
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["arch"].get<std::string>() : "inspect failed: " + r.err;
+  };
+
+  auto small = run_tandem("synth --draft-for " + target + " -o " + dir.file("s.gguf"), d);
+  ASSERT_EQ(small.exit_code, 0) << small.err;
+  EXPECT_NE(small.out.find("small draft for"), std::string::npos) << small.out;
+  EXPECT_EQ(arch_of(dir.file("s.gguf")), "qwen3");
+
+  auto eagle = run_tandem(
+      "synth --draft-for " + target + " --draft-kind eagle3 --target-layers 1,0,1 --seed 7 -o " + dir.file("e.gguf"),
+      d);
+  ASSERT_EQ(eagle.exit_code, 0) << eagle.err;
+  EXPECT_NE(eagle.out.find("reads target layers 1, 0, 1"), std::string::npos) << eagle.out;
+  EXPECT_EQ(arch_of(dir.file("e.gguf")), "eagle3");
+
+  auto missing = run_tandem("synth --draft-for " + dir.file("none.gguf") + " -o " + dir.file("x.gguf"), d);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("none.gguf: no such file"), std::string::npos) << missing.err;
+  auto beyond = run_tandem(
+      "synth --draft-for " + target + " --draft-kind eagle3 --target-layers 0,1,2 -o " + dir.file("x.gguf"), d);
+  EXPECT_EQ(beyond.exit_code, 1);
+  EXPECT_NE(beyond.err.find("target layer 2"), std::string::npos) << beyond.err;
+  // Usage errors: a preset's shape flag beside --draft-for, a draft flag without it.
+  EXPECT_EQ(run_tandem("synth --draft-for " + target + " --experts 4 -o " + dir.file("x.gguf"), d).exit_code, 2);
+  EXPECT_EQ(run_tandem("synth --draft-kind eagle3 -o " + dir.file("x.gguf"), d).exit_code, 2);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.gguf")));
+  EXPECT_NE(run_tandem("synth --help", d).out.find("--draft-for"), std::string::npos);
+}
+
 // Another head size keeps the preset's rotary share: qwen3moe rotates whole heads, so a synth
 // with wider heads used to be refused.
 TEST(Cli, SynthWithAnotherHeadSizeKeepsTheRotaryShare) {
