@@ -9,7 +9,9 @@
 //     the KV type; MiniMax-M3's sparse layers add an indexer key cache of one head;
 //   - compute buffers: the scratch the scheduler reserves for the worst-case prompt batch, from
 //     the graph's shape (coefficients checked against llama.cpp's own figures by the tests);
-//   - a safety margin, charged against each device's free memory.
+//   - a safety margin, charged against each device's free memory;
+//   - under speculative decoding, a draft model on the head (plan/draft.h) and the extra rows of
+//     logits the model keeps to check drafted tokens (MemoryOptions::outputs_per_sequence).
 // All sizes are bytes; bandwidths are bytes per second.
 #pragma once
 
