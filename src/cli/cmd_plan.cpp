@@ -73,7 +73,8 @@ void register_plan(CLI::App& app) {
     if (!c.is_ok()) fail(c.status().message(), 2);
     if (c->model.path.empty()) fail("no model: give --model or [model] path in the config", 2);
     auto options = plan::plan_options_from_config(c.value());
-    if (!options.is_ok()) fail(options.status().message(), 2);
+    // A bad key is a usage error; a draft file that is not there is a failed operation, as the model's.
+    if (!options.is_ok()) fail(options.status().message(), options.status().code() == StatusCode::not_found ? 1 : 2);
     const std::vector<plan::NodeSpec> nodes = resolve_nodes(f, c.value());
     auto info = plan::read_model_info(c->model.path);
     if (!info.is_ok()) fail(info.status().message());

@@ -10,7 +10,7 @@
 namespace tandem::plan {
 
 Plan solve_ffn_tensor(const ModelInfo& info, const ModelCosts& c, const std::vector<NodeSpec>& nodes,
-                      const PlanOptions& o) {
+                      const PlanOptions& o, uint64_t draft) {
   Plan plan;
   plan.parallelism = Parallelism::ffn_tensor;
   const bool gpu_head = nodes[0].devices[0].kind == DeviceKind::gpu;
@@ -52,6 +52,7 @@ Plan solve_ffn_tensor(const ModelInfo& info, const ModelCosts& c, const std::vec
       d.bandwidth = spec.bandwidth;
       d.bandwidth_assumed = spec.bandwidth_assumed;
       if (d.host) {
+        d.draft = draft;
         d.weights += c.input_weights;
         d.compute += c.host_output + (gpu_head ? 0 : c.compute_host);
       }
@@ -72,7 +73,8 @@ Plan solve_ffn_tensor(const ModelInfo& info, const ModelCosts& c, const std::vec
         const uint64_t usable = d.free_bytes > held ? d.free_bytes - held : 0;
         short_of = d.node + " needs " + format_bytes(d.need()) + " for its part of every layer (weights " +
                    format_bytes(d.weights) + ", KV " + format_bytes(d.kv) + ", compute " + format_bytes(d.compute) +
-                   ") but has " + format_bytes(usable) + " after the " + format_bytes(d.margin) + " margin" +
+                   (d.draft > 0 ? ", draft model " + format_bytes(d.draft) : "") + ") but has " + format_bytes(usable) +
+                   " after the " + format_bytes(d.margin) + " margin" +
                    (d.reserve.total() > 0 ? " and " + format_bytes(d.reserve.total()) + " held for its prompt cache, " +
                                                 "the OS and load transients (unified memory)"
                                           : "") +

@@ -171,7 +171,7 @@ Result<ModelCosts> model_costs(const ModelInfo& info, const MemoryOptions& o) {
   c.compute_host = 2 * resid + g.kv_per_stream * g.tokens * f32 * 5 / 2;
   c.compute_pipeline_extra = 3 * g.kv_per_stream * g.tokens * f32 + 12 * resid;
   c.embedding_rows = resid;
-  c.host_output = uint64_t{info.n_vocab} * f32 * o.parallel;
+  c.host_output = uint64_t{info.n_vocab} * f32 * o.parallel * std::max<uint32_t>(1, o.outputs_per_sequence);
   c.input_slots = datapath::input_slot_bytes(info.n_embd, g.tokens, g.kv_per_stream);
   // A worker holding sparse layers keeps the batch's repeated inputs in reuse slots
   // (datapath/input_reuse.h): the position mask (positions x batch tokens) and the block bias, up to

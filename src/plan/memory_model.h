@@ -9,7 +9,9 @@
 //     the KV type; MiniMax-M3's sparse layers add an indexer key cache of one head;
 //   - compute buffers: the scratch the scheduler reserves for the worst-case prompt batch, from
 //     the graph's shape (coefficients checked against llama.cpp's own figures by the tests);
-//   - a safety margin, charged against each device's free memory.
+//   - a safety margin, charged against each device's free memory;
+//   - under speculative decoding, a draft model on the head (plan/draft.h) and the extra rows of
+//     logits the model keeps to check drafted tokens (MemoryOptions::outputs_per_sequence).
 // All sizes are bytes; bandwidths are bytes per second.
 #pragma once
 
@@ -35,6 +37,9 @@ struct MemoryOptions {
   uint32_t parallel = 1;    // sequences served at once (llama.cpp's n_seq_max, one KV stream each)
   int kv_type = 1;          // ggml_type of K and V (1 = F16, llama.cpp's default)
   uint32_t n_ubatch = 512;  // prompt tokens per compute batch (llama.cpp's default)
+  // Rows of logits one sequence's step keeps on the head: 1, or under speculative decoding 1 +
+  // the tokens drafted per step, which the model checks in one batch (llama_context's output buffer).
+  uint32_t outputs_per_sequence = 1;
   // Held back on every device: `margin_fraction` of its free memory plus `margin_bytes`. On
   // unified-memory boxes the page cache competes with the model for the same memory; see
   // docs/planning.md for how to choose these there.
@@ -93,7 +98,7 @@ struct ModelCosts {
   // them (datapath/worker_embedding.h), the head's CPU stages two such buffers fewer, and under
   // pipeline parallelism that worker keeps four fewer (they are no longer a graph input).
   uint64_t embedding_rows = 0;
-  uint64_t host_output = 0;         // the context's logits buffer on the head
+  uint64_t host_output = 0;         // the context's logits buffer on the head (outputs_per_sequence rows a sequence)
   uint64_t worker_reuse_slots = 0;  // a worker's device with sparse layers: repeated-input slots
   uint64_t input_slots = 0;         // a device that reads a step's inputs, but the head's CPU (input_slot_bytes)
   uint64_t kv_cells = 0;

@@ -107,6 +107,11 @@ Status read_hparams(const gguf_context* ctx, ModelInfo* info) {
   info->n_layer_dense_lead = h.get("leading_dense_block_count");
   info->indexer_n_head = h.get("attention.indexer.head_count");
   info->indexer_head_size = h.get("attention.indexer.key_length");
+  info->target_hidden_size = h.get("target_hidden_size");
+  if (const int64_t id = gguf_find_key(ctx, (info->arch + ".target_layers").c_str());
+      id >= 0 && gguf_get_kv_type(ctx, id) == GGUF_TYPE_ARRAY) {
+    info->n_target_layers = static_cast<uint32_t>(std::min<size_t>(gguf_get_arr_n(ctx, id), UINT32_MAX));
+  }
   info->n_vocab = h.get("vocab_size");
   if (info->n_vocab == 0) {
     const int64_t id = gguf_find_key(ctx, "tokenizer.ggml.tokens");

@@ -61,6 +61,10 @@ struct ModelInfo {
   uint32_t n_expert = 0, n_expert_used = 0, n_expert_shared = 0, n_layer_dense_lead = 0;
   // Sparse-attention indexer (minimax-m3): heads and key size; 0 when the model has none.
   uint32_t indexer_n_head = 0, indexer_head_size = 0;
+  // An EAGLE3 draft (arch "eagle3"): the hidden size of the model it was made for and how many of
+  // that model's layers it reads the hidden states of (`eagle3.target_layers`, llama.cpp wants 3);
+  // 0 for any other model.
+  uint32_t target_hidden_size = 0, n_target_layers = 0;
   bool has_chat_template = false;
 
   std::vector<TensorInfo> tensors;

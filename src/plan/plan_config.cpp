@@ -1,6 +1,34 @@
 #include "plan/plan_config.h"
 
+#include <algorithm>
+
 namespace tandem::plan {
+namespace {
+
+// [model] speculative, draft_max and draft_model: the draft's file is read here, so that every
+// command that plans from a config (plan -c, serve, doctor, worker seed -c) counts the same draft.
+Status speculative_from_config(const config::Config& c, PlanOptions* o) {
+  const std::string source = c.path.empty() ? "config" : c.path;
+  auto mode = parse_speculative(c.model.speculative);
+  if (!mode.is_ok()) return mode.status().with_context(source + ": [model] speculative");
+  o->speculative.mode = mode.value();
+  o->speculative.draft_max = static_cast<uint32_t>(std::max(1, c.model.draft_max));
+  if (mode.value() == Speculative::off) return Status::ok();
+  // The model checks every drafted token in one batch: a row of logits each, beside the usual one.
+  o->memory.outputs_per_sequence = 1 + o->speculative.draft_max;
+  if (mode.value() != Speculative::draft) return Status::ok();
+  if (c.model.draft_model.empty()) {
+    return Status::invalid_argument(source +
+                                    ": [model] speculative = \"draft\" needs draft_model (--draft-model): the "
+                                    "draft's GGUF");
+  }
+  auto draft = read_draft_model(c.model.draft_model);
+  if (!draft.is_ok()) return draft.status();
+  o->speculative.draft = draft.value();
+  return Status::ok();
+}
+
+}  // namespace
 
 Result<PlanOptions> plan_options_from_config(const config::Config& c) {
   PlanOptions o;
@@ -18,6 +46,7 @@ Result<PlanOptions> plan_options_from_config(const config::Config& c) {
   o.exchange_seconds = c.plan.exchange_ms / 1e3;
   o.parallelism = c.model.parallelism == "ffn-tensor" ? Parallelism::ffn_tensor : Parallelism::layer;
   o.layers = c.model.layers;
+  TANDEM_RETURN_IF_ERROR(speculative_from_config(c, &o));
   return o;
 }
 

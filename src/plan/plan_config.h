@@ -11,10 +11,11 @@
 
 namespace tandem::plan {
 
-// [model] context/parallel/kv_type/layers/prompt_cache and [plan] margin/margin_bytes/os_reserve/
-// load_reserve/hop_ms as solver options:
+// [model] context/parallel/kv_type/layers/prompt_cache/speculative/draft_model/draft_max and [plan]
+// margin/margin_bytes/os_reserve/load_reserve/hop_ms as solver options:
 // every command that plans from a config (plan -c, serve, doctor, worker seed -c) takes them here.
-// Errors name the key ("[model] kv_type: unknown KV cache type 'q3'").
+// With speculative = "draft" it reads the draft's GGUF header (read_draft_model).
+// Errors name the key ("[model] kv_type: unknown KV cache type 'q3'") or the draft's file.
 Result<PlanOptions> plan_options_from_config(const config::Config& config);
 
 // The nodes as the config declares them, asking no one: the head ([cluster] head_memory,

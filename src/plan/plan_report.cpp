@@ -56,24 +56,59 @@ std::string request_text(const ModelInfo& info, const PlanOptions& o) {
   return buf;
 }
 
+// The draft's line under the model's: what it is and each part of what it holds on the head, or
+// for ngram that there is no draft model. Empty when speculative decoding is off.
+std::string draft_text(const Plan& plan, const PlanOptions& o) {
+  const SpeculativeOptions& s = o.speculative;
+  const std::string step = "up to " + std::to_string(s.draft_max) + " tokens a step";
+  if (s.mode == Speculative::ngram) {
+    return "draft    none: ngram drafts " + step + " from the request's own tokens (no model; the head keeps " +
+           std::to_string(o.memory.outputs_per_sequence) + " rows of logits a sequence to check them, in its compute)";
+  }
+  if (s.mode != Speculative::draft || !s.draft || plan.devices.empty()) return "";
+  const ModelInfo& m = *s.draft;
+  const DraftCost& d = plan.draft;
+  const DeviceAssignment& head = plan.devices.front();
+  std::string t = "draft    " + (m.name.empty() ? m.arch : m.name) + " (" + m.arch + ", " + std::to_string(m.n_layer) +
+                  (m.n_layer == 1 ? " layer, " : " layers, ") + (m.file_type.empty() ? "?" : m.file_type) + "), " +
+                  step + ", on " + head.node + (head.device != head.node ? "/" + head.device : "") + ": " +
+                  gib(d.total()) + " GiB = weights " + gib(d.weights) + " + KV " + gib(d.kv) + " + compute " +
+                  gib(d.compute);
+  if (d.hidden > 0) t += " + target hidden states " + gib(d.hidden);
+  return t;
+}
+
 }  // namespace
 
 std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptions& o) {
   std::ostringstream out;
-  out << "model    " << request_text(info, o) << "\n\n";
-  // A unified-memory node's reserve gets its own column; plans without one keep the usual table.
-  bool reserved = false;
-  for (const DeviceAssignment& d : plan.devices) reserved = reserved || d.reserve.total() > 0;
+  out << "model    " << request_text(info, o) << "\n";
+  if (const std::string draft = draft_text(plan, o); !draft.empty()) out << draft << "\n";
+  out << "\n";
+  // A unified-memory node's reserve and a draft model get their own columns; plans without them
+  // keep the usual table.
+  bool reserved = false, drafted = false;
+  for (const DeviceAssignment& d : plan.devices) {
+    reserved = reserved || d.reserve.total() > 0;
+    drafted = drafted || d.draft > 0;
+  }
   char line[320];
-  std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s %8s %8s", "node", "device", "layers", "weights", "KV",
-                "compute", "free", "margin");
+  std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s", "node", "device", "layers", "weights", "KV",
+                "compute");
+  out << line << (drafted ? "    draft" : "");
+  std::snprintf(line, sizeof line, " %8s %8s", "free", "margin");
   out << line << (reserved ? "  reserved" : "");
   std::snprintf(line, sizeof line, " %9s %8s\n", "headroom", "ms/tok");
   out << line;
   for (const DeviceAssignment& d : plan.devices) {
-    std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s %8s %8s", d.node.c_str(), d.device.c_str(),
-                  layers_text(d).c_str(), gib(d.weights).c_str(), gib(d.kv).c_str(), gib(d.compute).c_str(),
-                  gib(d.free_bytes).c_str(), gib(d.margin).c_str());
+    std::snprintf(line, sizeof line, "%-12s %-8s %-17s %8s %8s %8s", d.node.c_str(), d.device.c_str(),
+                  layers_text(d).c_str(), gib(d.weights).c_str(), gib(d.kv).c_str(), gib(d.compute).c_str());
+    out << line;
+    if (drafted) {
+      std::snprintf(line, sizeof line, " %8s", gib(d.draft).c_str());
+      out << line;
+    }
+    std::snprintf(line, sizeof line, " %8s %8s", gib(d.free_bytes).c_str(), gib(d.margin).c_str());
     out << line;
     if (reserved) {
       std::snprintf(line, sizeof line, " %9s", gib(d.reserve.total()).c_str());
@@ -82,8 +117,8 @@ std::string format_plan(const Plan& plan, const ModelInfo& info, const PlanOptio
     std::snprintf(line, sizeof line, " %9s %8.2f\n", signed_gib(d.headroom()).c_str(), d.seconds_per_token * 1e3);
     out << line;
   }
-  out << (reserved ? "(GiB; headroom = free - margin - reserved - weights - KV - compute)\n"
-                   : "(GiB; headroom = free - margin - weights - KV - compute)\n");
+  out << "(GiB; headroom = free - margin" << (reserved ? " - reserved" : "") << " - weights - KV - compute"
+      << (drafted ? " - draft" : "") << ")\n";
   for (const DeviceAssignment& d : plan.devices) {
     if (!d.unified_memory || d.reserve.total() == 0) continue;
     out << d.node << (d.device != d.node ? "/" + d.device : "")
@@ -179,6 +214,7 @@ std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOpti
          {"weights", d.weights},
          {"kv", d.kv},
          {"compute", d.compute},
+         {"draft", d.draft},
          {"free", d.free_bytes},
          {"margin", d.margin},
          {"unified_memory", d.unified_memory},
@@ -210,6 +246,28 @@ std::string plan_to_json(const Plan& plan, const ModelInfo& info, const PlanOpti
                          {"failure", e.failure}});
   }
   j["estimates"] = estimates;
+  const SpeculativeOptions& s = o.speculative;
+  nlohmann::ordered_json spec = {{"mode", speculative_name(s.mode)},
+                                 {"draft_max", s.draft_max},
+                                 {"outputs_per_sequence", o.memory.outputs_per_sequence}};
+  if (s.mode == Speculative::draft && s.draft) {
+    const ModelInfo& m = *s.draft;
+    const DraftCost& d = plan.draft;
+    spec["draft"] = {{"file", m.files.empty() ? "" : m.files.front()},
+                     {"arch", m.arch},
+                     {"name", m.name},
+                     {"n_layer", m.n_layer},
+                     {"file_type", m.file_type},
+                     {"eagle3", is_eagle3(m)},
+                     {"node", plan.devices.empty() ? "" : plan.devices.front().node},
+                     {"device", plan.devices.empty() ? "" : plan.devices.front().device},
+                     {"weights", d.weights},
+                     {"kv", d.kv},
+                     {"compute", d.compute},
+                     {"hidden_states", d.hidden},
+                     {"total", d.total()}};
+  }
+  j["speculative"] = spec;
   return j.dump(indent);
 }
 

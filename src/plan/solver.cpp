@@ -21,6 +21,7 @@ struct FlatDevice {
   bool host = false;    // the head's first device: pays for the token embedding and host buffers
   uint64_t usable = 0;  // free bytes after the margin and the reserve
   uint64_t margin = 0;
+  uint64_t draft = 0;                // the head's first device: the draft model (DraftCost::total)
   HostReserve reserve;               // a unified-memory node's (on its first such device)
   std::vector<int64_t> time_prefix;  // picoseconds to read layers [0, l) at this device's bandwidth
 };
@@ -73,7 +74,9 @@ struct Prefix {
 
 class Solver {
  public:
-  Solver(const ModelCosts& costs, const std::vector<NodeSpec>& nodes, const PlanOptions& o, bool table_on_worker)
+  // `draft`: bytes the head's first device holds for the draft model before any layer.
+  Solver(const ModelCosts& costs, const std::vector<NodeSpec>& nodes, const PlanOptions& o, bool table_on_worker,
+         uint64_t draft)
       : costs_(costs), n_layer_(static_cast<int>(costs.layers.size())), table_on_worker_(table_on_worker) {
     prefix_.weights.assign(n_layer_ + 1, 0);
     prefix_.kv.assign(n_layer_ + 1, 0);
@@ -94,6 +97,7 @@ class Solver {
         f.index = static_cast<int>(d);
         f.spec = &nodes[n].devices[d];
         f.host = n == 0 && d == 0;
+        f.draft = f.host ? draft : 0;
         f.margin = margin_bytes(o.memory, f.spec->free_bytes);
         f.reserve = host_reserve(o.memory, nodes[n], d);
         const uint64_t held = f.margin + f.reserve.total();
@@ -127,7 +131,7 @@ class Solver {
   uint64_t need(const FlatDevice& f, int first, int count, bool output, bool pipeline) const {
     uint64_t bytes =
         prefix_.weights[first + count] - prefix_.weights[first] + prefix_.kv[first + count] - prefix_.kv[first];
-    if (f.host) bytes += costs_.input_weights + costs_.other_weights + costs_.host_output;
+    if (f.host) bytes += costs_.input_weights + costs_.other_weights + costs_.host_output + f.draft;
     if (gathers_embedding(f, first, count, table_on_worker_)) bytes += costs_.input_weights;
     if (output) bytes += costs_.output_weights;
     return bytes + device_compute(costs_, f, first, count, output, pipeline, rows_elsewhere(f, first, count));
@@ -257,9 +261,9 @@ std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vec
   const FlatDevice& host = s.host();
   const uint64_t host_need = s.need(host, 0, 0, false, true);
   if (host_need > host.usable) {
-    return "the head '" + nodes[0].name + "' needs " + gib(host_need) +
-           " for the token embedding and host buffers but has " + gib(host.usable) + " after " + held_back(host) +
-           ": short by " + gib(host_need - host.usable);
+    return "the head '" + nodes[0].name + "' needs " + gib(host_need) + " for the token embedding and host buffers" +
+           (host.draft > 0 ? " and the draft model (" + gib(host.draft) + ")" : "") + " but has " + gib(host.usable) +
+           " after " + held_back(host) + ": short by " + gib(host_need - host.usable);
   }
   uint64_t weights = c.input_weights + c.output_weights + c.other_weights, kv = 0, usable = 0;
   for (const LayerCost& l : c.layers) {
@@ -275,12 +279,13 @@ std::string explain_failure(const Solver& s, const ModelCosts& c, const std::vec
              (nodes[f.node].devices.size() > 1 ? "/" + f.spec->name : "") + " " + gib(f.usable);
   }
   const uint64_t compute = c.compute_output + c.compute_sparse + c.host_output;
-  const uint64_t total = weights + kv + compute;
+  const uint64_t total = weights + kv + compute + host.draft;
   if (total > usable) {
-    return "the model needs " + gib(total) + " (weights " + gib(weights) + ", KV cache " + gib(kv) + " for " +
-           std::to_string(o.memory.parallel) + " x " + std::to_string(o.memory.context) + " tokens of " +
-           kv_type_name(o.memory.kv_type) + ", compute " + gib(compute) + ") but the nodes offer " + gib(usable) +
-           (reserved ? " after margins and the unified-memory reserves (" : " after margins (") + where +
+    return std::string(host.draft > 0 ? "the model and its draft need " : "the model needs ") + gib(total) +
+           " (weights " + gib(weights) + ", KV cache " + gib(kv) + " for " + std::to_string(o.memory.parallel) + " x " +
+           std::to_string(o.memory.context) + " tokens of " + kv_type_name(o.memory.kv_type) + ", compute " +
+           gib(compute) + (host.draft > 0 ? ", draft " + gib(host.draft) : "") + ") but the nodes offer " +
+           gib(usable) + (reserved ? " after margins and the unified-memory reserves (" : " after margins (") + where +
            "): short by " + gib(total - usable);
   }
   uint64_t largest_layer = 0;
@@ -333,6 +338,7 @@ DeviceAssignment assign(const FlatDevice& f, const NodeSpec& node, const ModelCo
   d.host = f.host;
   d.free_bytes = f.spec->free_bytes;
   d.margin = f.margin;
+  d.draft = f.draft;
   d.unified_memory = f.spec->unified_memory;
   d.reserve = f.reserve;
   d.bandwidth = f.spec->bandwidth;
@@ -454,8 +460,9 @@ Plan build_plan(const Solver& solver, const ModelCosts& c, const std::vector<Nod
   return plan;
 }
 
-Plan solve_with(const ModelCosts& c, const std::vector<NodeSpec>& nodes, const PlanOptions& o, bool table_on_worker) {
-  Solver solver(c, nodes, o, table_on_worker);
+Plan solve_with(const ModelCosts& c, const std::vector<NodeSpec>& nodes, const PlanOptions& o, bool table_on_worker,
+                uint64_t draft) {
+  Solver solver(c, nodes, o, table_on_worker, draft);
 
   // Each worker in turn as the last one on the path.
   Cost best;
@@ -536,8 +543,8 @@ Status check_hand_split(const Solver& solver, const std::vector<NodeSpec>& nodes
 }
 
 Result<Plan> solve_hand_split(const ModelCosts& c, const std::vector<NodeSpec>& nodes, const PlanOptions& o,
-                              bool table_on_worker) {
-  Solver solver(c, nodes, o, table_on_worker);
+                              bool table_on_worker, uint64_t draft) {
+  Solver solver(c, nodes, o, table_on_worker, draft);
   std::vector<int> ranges;
   int last = 0;
   TANDEM_RETURN_IF_ERROR(check_hand_split(solver, nodes, o.layers, static_cast<int>(c.layers.size()), &ranges, &last));
@@ -575,31 +582,71 @@ Result<Plan> solve_hand_split(const ModelCosts& c, const std::vector<NodeSpec>& 
 
 const char* parallelism_name(Parallelism p) { return p == Parallelism::ffn_tensor ? "ffn-tensor" : "layer"; }
 
-Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
-  TANDEM_RETURN_IF_ERROR(validate_request(nodes, o));
-  auto costs = model_costs(info, o.memory);
-  if (!costs.is_ok()) return costs.status();
+namespace {
+
+// The plan of `info` (costs `c`) over `nodes` with `draft` bytes held on the head's first device.
+Result<Plan> solve_costs(const ModelInfo& info, const ModelCosts& c, const std::vector<NodeSpec>& nodes,
+                         const PlanOptions& o, uint64_t draft) {
   if (o.parallelism == Parallelism::ffn_tensor) {
     if (!o.layers.empty()) {
       return Status::invalid_argument("layers '" + config::format_layers(o.layers) +
                                       "' is a layer split: leave [model] layers / --layers out under parallelism "
                                       "\"ffn-tensor\", where every node runs every layer");
     }
-    return solve_ffn_tensor(info, costs.value(), nodes, o);
+    return solve_ffn_tensor(info, c, nodes, o, draft);
   }
   if (!o.layers.empty()) {
-    auto plan = solve_hand_split(costs.value(), nodes, o, true);
+    auto plan = solve_hand_split(c, nodes, o, true, draft);
     if (!plan.is_ok() || plan->fits) return plan;
-    auto without = solve_hand_split(costs.value(), nodes, o, false);
+    auto without = solve_hand_split(c, nodes, o, false, draft);
     return without.is_ok() && without->fits ? without : plan;
   }
-  Plan plan = solve_with(costs.value(), nodes, o, true);
+  Plan plan = solve_with(c, nodes, o, true, draft);
   // The worker's copy of the table saves the link a prompt's embedding rows; memory is worth more.
   if (!plan.fits) {
-    Plan without = solve_with(costs.value(), nodes, o, false);
+    Plan without = solve_with(c, nodes, o, false, draft);
     if (without.fits) return without;
   }
   return plan;
+}
+
+bool gpu_head(const std::vector<NodeSpec>& nodes) { return nodes[0].devices[0].kind == DeviceKind::gpu; }
+
+}  // namespace
+
+Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
+  TANDEM_RETURN_IF_ERROR(validate_request(nodes, o));
+  auto costs = model_costs(info, o.memory);
+  if (!costs.is_ok()) return costs.status();
+  auto draft = draft_cost(info, o.speculative, o.memory, gpu_head(nodes));
+  if (!draft.is_ok()) return draft.status();
+  auto plan = solve_costs(info, costs.value(), nodes, o, draft->total());
+  if (plan.is_ok()) plan->draft = draft.value();
+  return plan;
+}
+
+Result<uint64_t> draft_room(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
+  TANDEM_RETURN_IF_ERROR(validate_request(nodes, o));
+  auto costs = model_costs(info, o.memory);
+  if (!costs.is_ok()) return costs.status();
+  auto fits = [&](uint64_t bytes) -> Result<bool> {
+    auto p = solve_costs(info, costs.value(), nodes, o, bytes);
+    if (!p.is_ok()) return p.status();
+    return p->fits;
+  };
+  auto alone = fits(0);
+  if (!alone.is_ok()) return alone.status();
+  if (!alone.value()) return uint64_t{0};
+  // In MiB: lo fits, hi does not (no device holds more than it has free).
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  uint64_t lo = 0, hi = nodes[0].devices[0].free_bytes / kMiB + 1;
+  while (hi - lo > 1) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    auto f = fits(mid * kMiB);
+    if (!f.is_ok()) return f.status();
+    (f.value() ? lo : hi) = mid;
+  }
+  return lo * kMiB;
 }
 
 }  // namespace tandem::plan

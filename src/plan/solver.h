@@ -21,6 +21,7 @@
 #include "common/status.h"
 #include "config/config.h"
 #include "plan/cluster.h"
+#include "plan/draft.h"
 #include "plan/memory_model.h"
 #include "plan/model_info.h"
 
@@ -41,6 +42,9 @@ struct PlanOptions {
   // A hand-made split ([model] layers): one share per node, head first; the solver then only
   // checks it and sizes each device. Empty: the solver chooses.
   std::vector<config::LayerShare> layers;
+  // Speculative decoding: a draft model is held on the head's first device before the model's
+  // layers are placed (plan/draft.h).
+  SpeculativeOptions speculative;
 };
 
 // One device's share. Bytes are what the model predicts libllama allocates there.
@@ -54,13 +58,14 @@ struct DeviceAssignment {
   bool output = false;          // holds the output head
   bool embedding_copy = false;  // a worker's device running layer 0: a copy of the token embedding
   uint64_t weights = 0, kv = 0, compute = 0;
+  uint64_t draft = 0;  // the draft model, on the head's first device (Plan::draft has its parts)
   uint64_t free_bytes = 0, margin = 0;
   bool unified_memory = false;     // a GPU sharing its node's system memory (DeviceSpec::unified_memory)
   HostReserve reserve;             // held back beside the margin (unified memory only)
   double bandwidth = 0;            // bytes per second
   bool bandwidth_assumed = false;  // not given: kDefaultBandwidth
   double seconds_per_token = 0;    // weight reads of its layers (and output head) per token
-  uint64_t need() const { return weights + kv + compute; }
+  uint64_t need() const { return weights + kv + compute + draft; }
   // Free memory left after the model, the margin and the reserve; negative when it does not fit.
   int64_t headroom() const {
     return static_cast<int64_t>(free_bytes) - static_cast<int64_t>(margin) - static_cast<int64_t>(reserve.total()) -
@@ -111,6 +116,7 @@ struct Plan {
   int exchanges_per_token = 0;  // ffn-tensor: swaps of partial sums per generated token
   // Every parallelism priced for the same request (make_plan fills it), this plan's among them.
   std::vector<ParallelismEstimate> estimates;
+  DraftCost draft;  // what the draft holds on the head's first device (zero without one)
 };
 
 // Places `info` over `nodes` (head first). Returns a Plan with fits = false and an explanation when
@@ -118,9 +124,15 @@ struct Plan {
 // split that does not cover the model, or whose ranges are not the order the devices run in).
 Result<Plan> solve(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& options);
 
+// The most bytes the head's first device can hold beside the model under some placement that
+// fits (the split given by hand, when the options give one), to 1 MiB: the largest draft that
+// fits, whatever the options' own draft. 0 when the model alone does not fit; errors as solve().
+Result<uint64_t> draft_room(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& options);
+
 // solve(), and when it does not fit, the alternatives that would: the largest context that fits,
 // fewer parallel sequences, a smaller KV type, one more node like the largest, the other
-// parallelism. Fills `estimates` with every parallelism's figures.
+// parallelism; with a draft that does not fit beside the model, what room the head has for one
+// (`failure`), the draft at a smaller quantisation and ngram drafting instead. Fills `estimates` with every parallelism's figures.
 Result<Plan> make_plan(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& options);
 
 }  // namespace tandem::plan

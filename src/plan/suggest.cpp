@@ -1,8 +1,10 @@
 // make_plan: solve, and when nothing fits, find the nearest requests that would.
 #include <algorithm>
+#include <memory>
 #include <optional>
 
 #include "common/units.h"
+#include "ggml.h"
 #include "plan/solver.h"
 
 namespace tandem::plan {
@@ -43,6 +45,41 @@ std::optional<uint64_t> largest_prompt_cache(const ModelInfo& info, const std::v
       hi = mid - 1;
   }
   return lo * kStep;
+}
+
+// The draft quantised to the largest type below its own that fits: "the draft quantised to Q4_K
+// (weights 1.73 GiB instead of 3.27 GiB) fits", or "" when none does.
+std::string smaller_draft(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& o) {
+  const ModelInfo& draft = *o.speculative.draft;
+  for (const int type : {GGML_TYPE_Q8_0, GGML_TYPE_Q4_K}) {
+    auto smaller = std::make_shared<const ModelInfo>(requantized(draft, type));
+    if (smaller->tensor_bytes >= draft.tensor_bytes) continue;
+    PlanOptions q = o;
+    q.speculative.draft = smaller;
+    if (fits(info, nodes, q)) {
+      return "the draft quantised to " + smaller->file_type + " (weights about " + format_bytes(smaller->tensor_bytes) +
+             " instead of " + format_bytes(draft.tensor_bytes) + ") fits";
+    }
+  }
+  return "";
+}
+
+// Why the draft does not fit beside a model that fits alone: its parts, and the most that any
+// placement (or the hand split, or the FFN split) leaves on the head's first device.
+std::string draft_failure(const Plan& plan, const std::vector<NodeSpec>& nodes, const PlanOptions& o, uint64_t room) {
+  const DraftCost& d = plan.draft;
+  const ModelInfo& draft = *o.speculative.draft;
+  const std::string where =
+      nodes[0].name + (nodes[0].devices.size() > 1 ? "/" + nodes[0].devices[0].name : std::string());
+  const std::string split = o.parallelism == Parallelism::ffn_tensor ? "the FFN tensor split leaves"
+                            : !o.layers.empty()                      ? "the split given by hand leaves"
+                                                : "no split of the model's layers leaves more than";
+  return "the draft model " + (draft.files.empty() ? draft.arch : draft.files.front()) + " needs " +
+         format_bytes(d.total()) + " on the head '" + where + "' (weights " + format_bytes(d.weights) + ", KV " +
+         format_bytes(d.kv) + ", compute " + format_bytes(d.compute) +
+         (d.hidden > 0 ? ", target hidden states " + format_bytes(d.hidden) : "") + ") but " + split + " " +
+         format_bytes(room) + " there beside the model: short by " +
+         format_bytes(d.total() - std::min(d.total(), room));
 }
 
 std::string size_flag(uint64_t bytes) {
@@ -101,6 +138,14 @@ std::vector<std::string> suggestions(const ModelInfo& info, const std::vector<No
       largest = &n;
     }
   }
+  if (o.speculative.mode == Speculative::draft && o.speculative.draft) {
+    if (std::string s = smaller_draft(info, nodes, o); !s.empty()) out.push_back(s);
+    PlanOptions q = o;
+    q.speculative.mode = Speculative::ngram;
+    q.speculative.draft.reset();
+    if (fits(info, nodes, q))
+      out.push_back("--speculative ngram (drafts from the request's own tokens, no model) fits");
+  }
   if (nodes.size() - 1 < static_cast<size_t>(kMaxRpcServers)) {
     std::vector<NodeSpec> more = nodes;
     NodeSpec extra = *largest;
@@ -120,6 +165,16 @@ std::vector<std::string> suggestions(const ModelInfo& info, const std::vector<No
 Result<Plan> make_plan(const ModelInfo& info, const std::vector<NodeSpec>& nodes, const PlanOptions& options) {
   auto plan = solve(info, nodes, options);
   if (!plan.is_ok()) return plan;
+  // A draft that alone keeps the model from fitting: say so with what room the head has for one.
+  if (!plan->fits && plan->draft.total() > 0) {
+    PlanOptions alone = options;
+    alone.speculative = SpeculativeOptions{};
+    if (fits(info, nodes, alone)) {
+      auto room = draft_room(info, nodes, options);
+      if (!room.is_ok()) return room.status();
+      plan->failure = draft_failure(plan.value(), nodes, options, room.value());
+    }
+  }
   for (const Parallelism p : {Parallelism::layer, Parallelism::ffn_tensor}) {
     ParallelismEstimate e;
     e.parallelism = p;

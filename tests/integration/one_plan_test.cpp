@@ -116,5 +116,40 @@ TEST(OnePlan, AHandSplitInTheFileIsWhatPlanShowsAndServeLoads) {
   EXPECT_NE(wrong.err.find("these counts run as 0-1,2-2,3-3"), std::string::npos) << wrong.err;
 }
 
+// A draft model in the file is held on the head by every command that plans: plan shows it and
+// moves the model's layers off the head for it, serve plans the same at start-up.
+TEST(OnePlan, ADraftModelInTheFileIsCountedOnTheHeadByPlanAndServeAlike) {
+  ScratchDir dir;
+  TwoWorkers cluster(dir);
+  const int port = free_port();
+  // A one-layer model of the same vocabulary: ~76 MiB on the head at 512 tokens, most of it the
+  // logits of a batch.
+  ASSERT_EQ(run_tandem("synth --preset tiny --layers 1 --dense-layers 1 -o " + dir.file("draft.gguf"), dir.file(""))
+                .exit_code,
+            0);
+  const std::string config = cluster.config(dir, port, "speculative = \"draft\"\ndraft_model = \"draft.gguf\"\n");
+  // 1200 MiB on the head: it holds the whole model alone, or the draft and none of its layers.
+  std::string text = read_file(config);
+  const std::string cap = "head_memory = \"1100MiB\"";
+  ASSERT_NE(text.find(cap), std::string::npos) << text;
+  write_file(config, text.replace(text.find(cap), cap.size(), "head_memory = \"1200MiB\""));
+
+  auto planned = run_tandem("plan -c " + config + " --json", dir.file(""));
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const json plan = json::parse(planned.out);
+  const uint64_t draft = plan["speculative"]["draft"]["total"].get<uint64_t>();
+  EXPECT_GT(draft, 60ull << 20);
+  EXPECT_EQ(plan["speculative"]["draft"]["file"], dir.file("draft.gguf"));
+  EXPECT_EQ(plan["devices"][0]["draft"].get<uint64_t>(), draft);
+  EXPECT_EQ(plan["devices"][0]["n_layers"], 0);
+  auto alone = run_tandem("plan -c " + config + " --json --speculative off", dir.file(""));
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_EQ(json::parse(alone.out)["devices"][0]["n_layers"], 4);
+
+  const json served = served_placement(dir, config, port, cluster.files.key);
+  ASSERT_FALSE(served.is_null()) << read_file(dir.file("serve.log"));
+  EXPECT_EQ(served.dump(), plan.dump());
+}
+
 }  // namespace
 }  // namespace tandem::testing
