@@ -58,12 +58,14 @@ inline CommandResult run_tandem(const std::string& args, const std::string& scra
 struct ClusterFiles {
   std::string secret, model, key;
 };
-// `synth_args`: more `tandem synth` flags for the tiny model (e.g. "--type Q8_0").
+// `synth_args`: more `tandem synth` flags for the tiny model (e.g. "--type Q8_0"), or another
+// preset ("--preset tiny-qwen3moe").
 inline ClusterFiles make_cluster_files(const ScratchDir& dir, const std::string& key_name,
                                        const std::string& synth_args = "") {
   ClusterFiles f{dir.file("cluster.key"), dir.file("tiny.gguf"), ""};
   EXPECT_EQ(run_tandem("secret new -o " + f.secret, dir.file("")).exit_code, 0);
-  EXPECT_EQ(run_tandem("synth --preset tiny " + synth_args + " -o " + f.model, dir.file("")).exit_code, 0);
+  const std::string preset = synth_args.find("--preset") == std::string::npos ? "--preset tiny " : "";
+  EXPECT_EQ(run_tandem("synth " + preset + synth_args + " -o " + f.model, dir.file("")).exit_code, 0);
   auto k = run_tandem("keys --db " + dir.file("keys.db") + " create --name " + key_name, dir.file(""));
   EXPECT_EQ(k.exit_code, 0) << k.err;
   f.key = k.out.substr(0, k.out.find('\n'));

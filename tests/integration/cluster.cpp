@@ -47,7 +47,8 @@ LocalCluster::LocalCluster(const ScratchDir& dir, int workers, const std::vector
     argv.push_back("w" + std::to_string(i) + "=127.0.0.1:" + std::to_string(worker_ports_[i]));
     layers += workers == 1 ? ",2" : ",1";
   }
-  if (workers > 0 && std::find(extra.begin(), extra.end(), "--parallelism") == extra.end())
+  if (workers > 0 && std::find(extra.begin(), extra.end(), "--parallelism") == extra.end() &&
+      std::find(extra.begin(), extra.end(), "--layers") == extra.end())
     argv.insert(argv.end(), {"--layers", layers});
   argv.insert(argv.end(), extra.begin(), extra.end());
   gateway_ = std::make_unique<ChildProcess>(argv, dir.file("serve.log"));

@@ -27,7 +27,7 @@ class LocalCluster {
   // `extra_serve_args`; a context of 512 tokens and 2 slots unless they give --context or --parallel). wait_ready() waits
   // until /health says ready (false when it did not within `timeout_ms`; see log()).
   // `extra_worker_args` go to every worker (a worker's {i} in them becomes its index). A hand split
-  // gives each node its layers unless `extra_serve_args` choose a --parallelism. `synth_args`: more
+  // gives each node its layers unless `extra_serve_args` choose a --parallelism or --layers. `synth_args`: more
   // `tandem synth` flags for the tiny model.
   explicit LocalCluster(const ScratchDir& dir, int workers = 2, const std::vector<std::string>& extra_serve_args = {},
                         const std::vector<std::string>& extra_worker_args = {}, const std::string& synth_args = "");

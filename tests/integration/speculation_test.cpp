@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -30,6 +31,34 @@ struct Served {
   std::string metrics;
   json bench;  // `tandem bench --json`'s figures, run after the completion
 };
+
+// A folder beside the test's scratch folder, for drafts that outlive one cluster (a second
+// ScratchDir of the same test is the same folder, emptied).
+class DraftDir {
+ public:
+  DraftDir()
+      : path_(std::filesystem::path(TANDEM_TEST_TMP) /
+              (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".drafts")) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~DraftDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The greedy completion of the repeating prompt on `cluster`, its text ("" and a failure unless 200).
+std::string post_text(const LocalCluster& cluster) {
+  httplib::Client c("127.0.0.1", cluster.port());
+  c.set_read_timeout(120, 0);
+  const json body = {
+      {"model", "tiny"}, {"prompt", repeating_prompt()}, {"max_tokens", 32}, {"temperature", 0}, {"ignore_eos", true}};
+  auto r = c.Post("/v1/completions", {{"Authorization", "Bearer " + cluster.key()}}, body.dump(), "application/json");
+  EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer") << "\n" << cluster.log();
+  return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : "";
+}
 
 Served serve_once(const ScratchDir& dir, const std::vector<std::string>& args) {
   // Verify steps of at most 3 rows: the CPU's repacked weights take gemv below 4 rows, as for
@@ -72,7 +101,10 @@ TEST(Speculation, NgramAndADraftModelThroughTheSplitKeepTheTextAndShowTheirFigur
   EXPECT_EQ(off.speculative["mode"], "off");
   EXPECT_EQ(off.speculative["steps"], 0);
   EXPECT_FALSE(off.bench.contains("spec_acceptance_length")) << "no drafts without speculation";
-  const std::string model = dir.file("tiny.gguf");
+  // The served model itself as an ordinary draft (it agrees with itself).
+  DraftDir drafts;
+  const std::string model = drafts.file("tiny.gguf");
+  std::filesystem::copy_file(dir.file("tiny.gguf"), model);
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--speculative", "ngram", "--draft-max", "2"},
         std::vector<std::string>{"--speculative", "draft", "--draft-model", model, "--draft-max", "2"}}) {
@@ -100,13 +132,12 @@ TEST(Speculation, NgramAndADraftModelThroughTheSplitKeepTheTextAndShowTheirFigur
 // speculation; once the worker is back the cluster serves with its drafts again.
 TEST(Speculation, AWorkerLostMidStepEndsTheRequestAndTheClusterRecovers) {
   ScratchDir dir;
-  ScratchDir draft_dir;
-  ASSERT_EQ(run_tandem("synth --preset tiny --type IQ4_XS -o " + draft_dir.file("draft.gguf"), dir.file("")).exit_code,
-            0);
+  DraftDir drafts;
+  ASSERT_EQ(run_tandem("synth --preset tiny --type IQ4_XS -o " + drafts.file("draft.gguf"), dir.file("")).exit_code, 0);
   LocalCluster cluster(
       dir, 1,
-      {"--parallel", "1", "--speculative", "draft", "--draft-model", draft_dir.file("draft.gguf"), "--draft-max", "4"},
-      {}, "--type IQ4_XS");
+      {"--parallel", "1", "--speculative", "draft", "--draft-model", drafts.file("draft.gguf"), "--draft-max", "4"}, {},
+      "--type IQ4_XS");
   ASSERT_TRUE(cluster.wait_ready()) << cluster.log();
   const json body = {{"model", "tiny"}, {"prompt", "Go"}, {"max_tokens", 450}, {"stream", true}, {"ignore_eos", true}};
   AsyncPost stream(cluster.port(), cluster.key(), "/v1/completions", body.dump());
@@ -132,6 +163,41 @@ TEST(Speculation, AWorkerLostMidStepEndsTheRequestAndTheClusterRecovers) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_GT(h.value("steps", 0), 0) << "the restarted engine drafts again: " << h.dump();
+}
+
+// An EAGLE3 draft over the split: a qwen3moe target (whose pinned graph records the layer inputs
+// the draft taps) with its layers on the head and a worker; the taps of the worker's layers come
+// back with each step, and the text is greedy's.
+TEST(Speculation, AnEagle3DraftOverTheSplitKeepsTheText) {
+  ScratchDir dir;
+  // tiny-qwen3moe's two layers: one on the head, one on the worker.
+  const std::vector<std::string> base = {"--parallel", "1", "--layers", "1,1"};
+  std::string text_off;
+  {
+    LocalCluster off(dir, 1, base, {}, "--preset tiny-qwen3moe --type IQ4_XS");
+    ASSERT_TRUE(off.wait_ready()) << off.log();
+    text_off = post_text(off);
+  }
+  ASSERT_FALSE(text_off.empty());
+  DraftDir drafts;
+  const std::string draft = drafts.file("eagle3.gguf");
+  auto w = run_tandem("synth --draft-for " + dir.file("tiny.gguf") + " --draft-kind eagle3 --own-embedding -o " + draft,
+                      dir.file(""));
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  ScratchDir again;
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--speculative", "draft", "--draft-model", draft, "--draft-max", "2"});
+  LocalCluster on(again, 1, args, {}, "--preset tiny-qwen3moe --type IQ4_XS");
+  ASSERT_TRUE(on.wait_ready()) << on.log();
+  EXPECT_EQ(post_text(on), text_off);
+  httplib::Client c("127.0.0.1", on.port());
+  json h;
+  for (int i = 0; i < 100; ++i) {
+    h = json::parse(c.Get("/health", {{"Authorization", "Bearer " + on.key()}})->body)["speculative"];
+    if (h.value("steps", 0) > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GT(h.value("steps", 0), 0) << h.dump() << on.log();
 }
 
 // A draft file that is not a model is refused before anything starts, naming it.
