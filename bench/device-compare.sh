@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU comparison on the lent H200 machine, in steps that each fit one device call:
 #   bench/device-compare.sh build     CUDA build for sm_90 (scripts/device-build.sh), with the GPU tests
-#                                     target (datapath_test), ~5 min
+#                                     targets (datapath_test, worker_load_test's seeded loads), ~5 min
 #   bench/device-compare.sh model     writes the m3-proxy model to /tmp (tandem synth), ~75 s
 #                                     (PRESET=qwen3-proxy or glm-proxy: another architecture, for model and compare)
 #   bench/device-compare.sh compare [ROUNDS]   bench/compare.sh with SPLIT_MODE=gpu
@@ -36,7 +36,7 @@ model=/tmp/$preset.gguf
 export OUT=$out
 case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|prompt-cache [ROUNDS]|tensor-split|tensor-split-cpu|diag [LAYERS]|load|writes|placement|reuse|contexts|local|prefill|check [FLAG]}" in
   build)
-    "$root/scripts/device-build.sh" tandem tandem-engine datapath_test 2>&1 | tail -5
+    "$root/scripts/device-build.sh" tandem tandem-engine datapath_test worker_load_test 2>&1 | tail -5
     ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
   model)
     [ -f "$model" ] || "$root/build-cuda/tandem" synth --preset "$preset" -o "$model"

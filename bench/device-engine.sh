@@ -24,6 +24,14 @@ gpu_tests() {
   (cd "$(dirname "$bin")" && "$bin" --gtest_filter="$gpu_test_filter") >"$out/gpu_tests.log" 2>&1
   local status=$?
   grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|element" "$out/gpu_tests.log" | head -30
+  # The seeded load without mmap with the head's layer on the GPU, which libllama loads through its
+  # staging buffers: what the head reads of the worker's share (tests/worker/seed_test.cpp).
+  local seed=$build/tests/worker/worker_load_test
+  if [ -x "$seed" ]; then
+    (cd "$(dirname "$seed")" && "$seed" --gtest_filter='Seed.WithoutMmap*:Seed.TheHeadsOwn*') >"$out/seed_tests.log" 2>&1 ||
+      status=1
+    grep -E "^\[ +(OK|FAILED) +\]|seeded \(|staged reads|Failure|Expected" "$out/seed_tests.log" | head -12
+  fi
   return $status
 }
 # A `tandem worker` with a cache seeded from $model (`tandem worker seed` with any extra flags, e.g.
