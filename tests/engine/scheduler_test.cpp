@@ -85,6 +85,24 @@ class SchedulerTest : public ::testing::Test {
     return c->final_event();
   }
 
+  // Submits every body at once and returns their final events, in order.
+  static std::vector<EngineEvent> run_together(Scheduler& s, const std::vector<json>& bodies) {
+    std::vector<std::shared_ptr<EventCollector>> collectors;
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      auto c = std::make_shared<EventCollector>();
+      const Status st = s.submit("c" + std::to_string(i), RequestKind::completion, bodies[i].dump(),
+                                 [c](const EngineEvent& e) { (*c)(e); });
+      EXPECT_TRUE(st.is_ok()) << st.to_string();
+      collectors.push_back(c);
+    }
+    std::vector<EngineEvent> out;
+    for (auto& c : collectors) {
+      EXPECT_TRUE(c->wait());
+      out.push_back(c->final_event());
+    }
+    return out;
+  }
+
   static json greedy(const std::string& prompt, int n) {
     return {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}, {"ignore_eos", true}, {"return_tokens", true}};
   }
@@ -148,20 +166,10 @@ TEST_F(SchedulerTest, EightConcurrentRequestsGetTheTokensTheyGetAlone) {
   }
   // A fresh scheduler, so no prompt is served from a cache filled by the runs above.
   s = make(8);
-  std::vector<std::shared_ptr<EventCollector>> collectors;
+  const std::vector<EngineEvent> together = run_together(*s, bodies);
   for (int i = 0; i < 8; ++i) {
-    auto c = std::make_shared<EventCollector>();
-    ASSERT_TRUE(
-        s->submit("c" + std::to_string(i), RequestKind::completion, bodies[i].dump(), [c](const EngineEvent& e) {
-           (*c)(e);
-         }).is_ok());
-    collectors.push_back(c);
-  }
-  for (int i = 0; i < 8; ++i) {
-    ASSERT_TRUE(collectors[i]->wait());
-    EngineEvent e = collectors[i]->final_event();
-    ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
-    EXPECT_EQ(e.tokens, alone[i]) << "request " << i;
+    ASSERT_EQ(together[i].type, EngineEvent::Type::done) << together[i].message;
+    EXPECT_EQ(together[i].tokens, alone[i]) << "request " << i;
   }
 }
 
@@ -575,20 +583,10 @@ TEST_F(SchedulerTest, SpeculationPerSlotKeepsEachRequestsTokens) {
     alone.push_back(e.tokens);
   }
   auto s = make(3, 512, true, 0, nullptr, SpeculationOptions{"ngram", "", 6});
-  std::vector<std::shared_ptr<EventCollector>> collectors;
+  const std::vector<EngineEvent> together = run_together(*s, bodies);
   for (int i = 0; i < 3; ++i) {
-    auto c = std::make_shared<EventCollector>();
-    ASSERT_TRUE(
-        s->submit("c" + std::to_string(i), RequestKind::completion, bodies[i].dump(), [c](const EngineEvent& e) {
-           (*c)(e);
-         }).is_ok());
-    collectors.push_back(c);
-  }
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(collectors[i]->wait());
-    const EngineEvent e = collectors[i]->final_event();
-    ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
-    EXPECT_EQ(e.tokens, alone[i]) << "request " << i;
+    ASSERT_EQ(together[i].type, EngineEvent::Type::done) << together[i].message;
+    EXPECT_EQ(together[i].tokens, alone[i]) << "request " << i;
   }
   EXPECT_GT(s->stats().speculation.accepted, 0u);
 }
