@@ -60,6 +60,21 @@ std::string post_text(const LocalCluster& cluster) {
   return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : "";
 }
 
+// /health's speculative object once it shows a checking step (the gateway asks the engine for its
+// figures every second), or as it is after 10 s; right away when speculation is off.
+json speculation_after_a_step(const LocalCluster& cluster) {
+  httplib::Client c("127.0.0.1", cluster.port());
+  const httplib::Headers auth = {{"Authorization", "Bearer " + cluster.key()}};
+  json s;
+  for (int i = 0; i < 100; ++i) {
+    auto r = c.Get("/health", auth);
+    if (r) s = json::parse(r->body)["speculative"];
+    if (s.value("mode", "off") == "off" || s.value("steps", 0) > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return s;
+}
+
 Served serve_once(const ScratchDir& dir, const std::vector<std::string>& args) {
   // Verify steps of at most 3 rows: the CPU's repacked weights take gemv below 4 rows, as for
   // one token (docs/engine-protocol.md, exactness), so the text is decoding's one by one.
@@ -69,21 +84,10 @@ Served serve_once(const ScratchDir& dir, const std::vector<std::string>& args) {
   LocalCluster cluster(dir, 1, serve, {}, "--type IQ4_XS");
   Served out;
   EXPECT_TRUE(cluster.wait_ready()) << cluster.log();
+  out.text = post_text(cluster);
+  if (out.text.empty()) return out;
+  out.speculative = speculation_after_a_step(cluster);
   httplib::Client c("127.0.0.1", cluster.port());
-  c.set_read_timeout(120, 0);
-  const httplib::Headers auth = {{"Authorization", "Bearer " + cluster.key()}};
-  const json body = {
-      {"model", "tiny"}, {"prompt", repeating_prompt()}, {"max_tokens", 32}, {"temperature", 0}, {"ignore_eos", true}};
-  auto r = c.Post("/v1/completions", auth, body.dump(), "application/json");
-  EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer") << "\n" << cluster.log();
-  if (!r || r->status != 200) return out;
-  out.text = json::parse(r->body)["choices"][0]["text"];
-  // The engine's figures reach the gateway with its status poll.
-  for (int i = 0; i < 100; ++i) {
-    out.speculative = json::parse(c.Get("/health", auth)->body)["speculative"];
-    if (out.speculative.value("mode", "off") == "off" || out.speculative.value("steps", 0) > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
   out.metrics = c.Get("/metrics")->body;
   auto b =
       run_tandem("bench --json --url http://127.0.0.1:" + std::to_string(cluster.port()) + " --key " + cluster.key() +
@@ -156,12 +160,7 @@ TEST(Speculation, AWorkerLostMidStepEndsTheRequestAndTheClusterRecovers) {
   auto r = c.Post("/v1/completions", auth, again.dump(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
-  json h;
-  for (int i = 0; i < 100; ++i) {
-    h = json::parse(c.Get("/health", auth)->body)["speculative"];
-    if (h.value("steps", 0) > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const json h = speculation_after_a_step(cluster);
   EXPECT_GT(h.value("steps", 0), 0) << "the restarted engine drafts again: " << h.dump();
 }
 
@@ -190,13 +189,7 @@ TEST(Speculation, AnEagle3DraftOverTheSplitKeepsTheText) {
   LocalCluster on(again, 1, args, {}, "--preset tiny-qwen3moe --type IQ4_XS");
   ASSERT_TRUE(on.wait_ready()) << on.log();
   EXPECT_EQ(post_text(on), text_off);
-  httplib::Client c("127.0.0.1", on.port());
-  json h;
-  for (int i = 0; i < 100; ++i) {
-    h = json::parse(c.Get("/health", {{"Authorization", "Bearer " + on.key()}})->body)["speculative"];
-    if (h.value("steps", 0) > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const json h = speculation_after_a_step(on);
   EXPECT_GT(h.value("steps", 0), 0) << h.dump() << on.log();
 }
 
