@@ -48,11 +48,57 @@ struct Speculator::Draft {
   }
 };
 
-Speculator::Speculator(SpeculationOptions options, llama_context* target, int n_seq)
-    : options_(std::move(options)), target_(target), held_(static_cast<size_t>(n_seq)) {}
+Speculator::Speculator(SpeculationOptions options, int n_seq)
+    : options_(std::move(options)), held_(static_cast<size_t>(n_seq)) {}
 
 Speculator::~Speculator() {
   if (spec_ != nullptr) common_speculative_free(spec_);
+}
+
+Status Speculator::load_draft(llama_context* target, int n_seq) {
+  const std::string& path = options_.draft_model;
+  std::error_code ec;
+  if (path.empty()) return Status::invalid_argument("speculative decoding 'draft' needs a draft model");
+  if (!std::filesystem::is_regular_file(path, ec)) return Status::not_found("draft model " + path + ": no such file");
+  draft_ = std::make_unique<Draft>();
+  llama_model_params mp = llama_model_default_params();
+  // On the head, whole: its first GPU, else the CPU; the workers' devices never.
+  std::vector<ggml_backend_dev_t> devices = local_gpus();
+  if (devices.size() > 1) devices.resize(1);
+  devices.push_back(nullptr);
+  mp.devices = devices.data();
+  mp.n_gpu_layers = devices.size() > 1 ? -1 : 0;
+  take_last_llama_error();
+  draft_->model = llama_model_load_from_file(path.c_str(), mp);
+  if (draft_->model == nullptr) {
+    const std::string why = take_last_llama_error();
+    return Status::invalid_argument("draft model " + path + ": libllama cannot load it" +
+                                    (why.empty() ? "" : ": " + why));
+  }
+  draft_->eagle3 = architecture(draft_->model) == "eagle3";
+  const std::string target_arch = architecture(llama_get_model(target));
+  if (draft_->eagle3 && !records_layer_inputs(target_arch)) {
+    return Status::invalid_argument("draft model " + path + ": an EAGLE3 draft reads the hidden states of the " +
+                                    target_arch +
+                                    " model's layers, which the pinned llama.cpp does not record for that "
+                                    "architecture; use an ordinary draft model or --speculative ngram");
+  }
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = llama_n_ctx(target);
+  cp.n_batch = cp.n_ubatch = llama_n_batch(target);
+  cp.n_seq_max = static_cast<uint32_t>(n_seq);
+  cp.kv_unified = false;
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+  cp.n_threads = cp.n_threads_batch = llama_n_threads(target);
+  cp.no_perf = true;
+  cp.ctx_other = target;  // an EAGLE3 draft reads the target's hidden states
+  draft_->ctx = llama_init_from_model(draft_->model, cp);
+  if (draft_->ctx == nullptr) {
+    const std::string why = take_last_llama_error();
+    return Status::resource_exhausted("draft model " + path + ": creating its context of " + std::to_string(cp.n_ctx) +
+                                      " tokens failed" + (why.empty() ? "" : ": " + why));
+  }
+  return Status::ok();
 }
 
 Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions& o, llama_context* target, int n_seq) {
@@ -60,7 +106,7 @@ Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions&
   if (o.mode == "off") return std::unique_ptr<Speculator>();
   if (o.draft_max < 1 || o.draft_max > 32)
     return Status::invalid_argument("draft_max must be in [1, 32], got " + std::to_string(o.draft_max));
-  std::unique_ptr<Speculator> s(new Speculator(o, target, n_seq));
+  std::unique_ptr<Speculator> s(new Speculator(o, n_seq));
   common_params_speculative params;
   params.draft.n_max = o.draft_max;
   params.draft.n_min = 0;
@@ -72,50 +118,9 @@ Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions&
   if (o.mode == "ngram") {
     params.types = {COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K};
   } else {
-    const std::string& path = o.draft_model;
-    std::error_code ec;
-    if (path.empty()) return Status::invalid_argument("speculative decoding 'draft' needs a draft model");
-    if (!std::filesystem::is_regular_file(path, ec)) return Status::not_found("draft model " + path + ": no such file");
-    s->draft_ = std::make_unique<Draft>();
-    llama_model_params mp = llama_model_default_params();
-    // On the head, whole: its first GPU, else the CPU; the workers' devices never.
-    std::vector<ggml_backend_dev_t> devices = local_gpus();
-    if (devices.size() > 1) devices.resize(1);
-    devices.push_back(nullptr);
-    mp.devices = devices.data();
-    mp.n_gpu_layers = devices.size() > 1 ? -1 : 0;
-    take_last_llama_error();
-    s->draft_->model = llama_model_load_from_file(path.c_str(), mp);
-    if (s->draft_->model == nullptr) {
-      const std::string why = take_last_llama_error();
-      return Status::invalid_argument("draft model " + path + ": libllama cannot load it" +
-                                      (why.empty() ? "" : ": " + why));
-    }
-    s->draft_->eagle3 = architecture(s->draft_->model) == "eagle3";
-    const std::string target_arch = architecture(llama_get_model(target));
-    if (s->draft_->eagle3 && !records_layer_inputs(target_arch)) {
-      return Status::invalid_argument("draft model " + path + ": an EAGLE3 draft reads the hidden states of the " +
-                                      target_arch +
-                                      " model's layers, which the pinned llama.cpp does not record for that "
-                                      "architecture; use an ordinary draft model or --speculative ngram");
-    }
-    llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = llama_n_ctx(target);
-    cp.n_batch = cp.n_ubatch = llama_n_batch(target);
-    cp.n_seq_max = static_cast<uint32_t>(n_seq);
-    cp.kv_unified = false;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
-    cp.n_threads = cp.n_threads_batch = llama_n_threads(target);
-    cp.no_perf = true;
-    cp.ctx_other = target;  // an EAGLE3 draft reads the target's hidden states
-    s->draft_->ctx = llama_init_from_model(s->draft_->model, cp);
-    if (s->draft_->ctx == nullptr) {
-      const std::string why = take_last_llama_error();
-      return Status::resource_exhausted("draft model " + path + ": creating its context of " +
-                                        std::to_string(cp.n_ctx) + " tokens failed" + (why.empty() ? "" : ": " + why));
-    }
+    TANDEM_RETURN_IF_ERROR(s->load_draft(target, n_seq));
     params.types = {s->draft_->eagle3 ? COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3 : COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE};
-    params.draft.mparams.path = path;
+    params.draft.mparams.path = o.draft_model;
     params.draft.ctx_tgt = target;
     params.draft.ctx_dft = s->draft_->ctx;
   }

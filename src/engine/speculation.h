@@ -75,10 +75,11 @@ class Speculator {
   void count_step(int drafted, int accepted);
 
  private:
-  Speculator(SpeculationOptions options, llama_context* target, int n_seq);
+  Speculator(SpeculationOptions options, int n_seq);
+  // Loads options_.draft_model on the head with its context beside `target`'s (see create()).
+  Status load_draft(llama_context* target, int n_seq);
 
   SpeculationOptions options_;
-  llama_context* target_;
   struct Draft;
   std::unique_ptr<Draft> draft_;  // the draft model and its context ("draft" mode)
   common_speculative* spec_ = nullptr;
