@@ -84,7 +84,7 @@ bool Slot::want_draft(Speculator& spec, int n_max) {
   // Room for the tokens it may keep: the job's limit and the context, as decoding one by one has.
   n_max = std::min({n_max, job_->max_tokens - n_generated_ - 1, n_ctx_ - 2 - static_cast<int>(cache_.size()) - 1});
   if (n_max < 1) return false;
-  spec.want_draft(seq_id_, cache_, next_, static_cast<int>(cache_.size()), n_max, &draft_);
+  spec.want_draft(seq_id_, &cache_, next_, static_cast<int>(cache_.size()), n_max, &draft_);
   return true;
 }
 

@@ -48,8 +48,7 @@ struct Speculator::Draft {
   }
 };
 
-Speculator::Speculator(SpeculationOptions options, int n_seq)
-    : options_(std::move(options)), held_(static_cast<size_t>(n_seq)) {}
+Speculator::Speculator(SpeculationOptions options, int n_seq) : options_(std::move(options)), n_seq_(n_seq) {}
 
 Speculator::~Speculator() {
   if (spec_ != nullptr) common_speculative_free(spec_);
@@ -143,17 +142,15 @@ void Speculator::begin(int seq, const std::vector<int>& held) {
   common_speculative_begin(spec_, seq, std::vector<llama_token>(held.begin(), held.end()));
 }
 
-void Speculator::want_draft(int seq, const std::vector<int>& held, int last, int pos, int n_max,
+void Speculator::want_draft(int seq, const std::vector<int>* held, int last, int pos, int n_max,
                             std::vector<int>* out) {
-  std::vector<int>& h = held_[static_cast<size_t>(seq)];
-  h = held;
   out->clear();
   auto& dp = common_speculative_get_draft_params(spec_, seq);
   dp.drafting = true;
   dp.n_max = n_max;
   dp.pos0 = pos;
   dp.id_last = last;
-  dp.prompt = &h;
+  dp.prompt = held;
   dp.result = out;
 }
 
@@ -163,10 +160,10 @@ void Speculator::draft_all() {
   // Drafting decoded its proposals into the draft's streams; the target's batch brings them back
   // through process(), after the positions the target holds.
   llama_memory_t mem = llama_get_memory(draft_->ctx);
-  for (size_t seq = 0; seq < held_.size(); ++seq) {
-    auto& dp = common_speculative_get_draft_params(spec_, static_cast<int>(seq));
+  for (int seq = 0; seq < n_seq_; ++seq) {
+    auto& dp = common_speculative_get_draft_params(spec_, seq);
     if (dp.result == nullptr) continue;
-    llama_memory_seq_rm(mem, static_cast<int>(seq), dp.pos0, -1);
+    llama_memory_seq_rm(mem, seq, dp.pos0, -1);
     dp.result = nullptr;
   }
 }

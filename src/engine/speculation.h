@@ -45,11 +45,10 @@ class Speculator {
   Speculator(const Speculator&) = delete;
   Speculator& operator=(const Speculator&) = delete;
 
-  const SpeculationOptions& options() const { return options_; }
-
   // Sets sequence `seq` up for drafts of at most `n_max` tokens after `last` at position `pos`, the
-  // sequence holding `held` before it; the draft lands in `*out` at the next draft_all().
-  void want_draft(int seq, const std::vector<int>& held, int last, int pos, int n_max, std::vector<int>* out);
+  // sequence holding `*held` before it (borrowed until draft_all(): no copy of a long context each
+  // step); the draft lands in `*out` at the next draft_all().
+  void want_draft(int seq, const std::vector<int>* held, int last, int pos, int n_max, std::vector<int>* out);
   // Drafts for every sequence set up since the last call, in one pass of the drafter.
   void draft_all();
   // After every decode of the target (prompts included): the draft model decodes the same batch.
@@ -83,7 +82,7 @@ class Speculator {
   struct Draft;
   std::unique_ptr<Draft> draft_;  // the draft model and its context ("draft" mode)
   common_speculative* spec_ = nullptr;
-  std::vector<std::vector<int>> held_;  // per sequence: what want_draft() was told it holds
+  int n_seq_;
   bool failed_ = false;
   SpeculationStats stats_;
 };
