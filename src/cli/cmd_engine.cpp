@@ -97,7 +97,7 @@ void run_server(EngineFlags& f) {
   c.scheduler.prompt_cache_bytes = l.prompt_cache_bytes;
   c.scheduler.prompt_cache_dir = l.prompt_cache_dir;
   c.scheduler.prompt_cache_dir_bytes = l.prompt_cache_dir_bytes;
-  c.scheduler.speculation = {l.speculative, l.draft_model, l.draft_max};
+  c.scheduler.speculation = {l.speculative, l.draft_model, l.draft_max, l.spec_synth_len};
   c.cuda_graphs = l.cuda_graphs;
   c.scheduler.warm_up = c.load.placement.warm_up;
   std::signal(SIGTERM, on_signal);

@@ -92,6 +92,11 @@ void add_model_flags(ConfigFlags& f) {
        "--draft-max", "[model] draft_max", [](Config & c) -> auto& { return c.model.draft_max; },
        "Tokens drafted per step at most (default 8)")
       ->check(CLI::Range(1, 32));
+  f.value(
+       "--spec-synth-len", "[model] spec_synth_len", [](Config & c) -> auto& { return c.model.spec_synth_len; },
+       "Benchmarks only: keep drafted tokens at random so that a step yields L tokens on average, in [1, "
+       "draft_max + 1] (llama.cpp's synthetic acceptance; the text is then not the model's); 0 = off")
+      ->check(CLI::Range(0.0, 33.0));
 }
 
 void add_plan_flags(ConfigFlags& f) {

@@ -255,6 +255,7 @@ TableReader model_reader(const std::string& src, ModelConfig* m) {
   r.on("speculative", one_of_into(&m->speculative, {"off", "ngram", "draft"}));
   r.on("draft_model", string_into(&m->draft_model));
   r.on("draft_max", int_into(&m->draft_max, 1, 32));
+  r.on("spec_synth_len", number_into(&m->spec_synth_len, 0, 33));
   r.on("prompt_cache_dir_size", [m](const toml::node& n) -> Status {
     std::optional<uint64_t> v;
     TANDEM_RETURN_IF_ERROR(bytes_into(&v)(n));

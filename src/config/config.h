@@ -86,6 +86,9 @@ struct ModelConfig {
   std::string speculative = "off";
   std::string draft_model;  // GGUF of the draft; "draft" needs it
   int draft_max = 8;        // tokens drafted per step at most
+  // Benchmarks only: drafts are kept at random so that a step yields this many tokens on average
+  // (llama.cpp's synthetic acceptance); 0 = off. The text generated is then not the model's.
+  double spec_synth_len = 0;
 };
 
 struct ServerConfig {

@@ -28,6 +28,7 @@ struct Job {
   int max_tokens = 0;  // > 0; also bounded by the slot's context
   bool ignore_eos = false;
   bool return_tokens = false;           // report the generated token ids in the done event
+  int draft_max = -1;                   // "speculative.n_max": this request's drafts at most; -1: the engine's
   int n_probs = -1;                     // -1: no logprobs; else report each token's logprob and this many alternatives
   std::set<llama_token> shown_special;  // special tokens rendered as text (the chat format's markers)
   std::optional<ChatStream> chat;       // chat requests: reads content, reasoning and tool calls back

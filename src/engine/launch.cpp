@@ -29,6 +29,13 @@ Status read_int(const std::string& text, int& out, const char* flag) {
   return Status::ok();
 }
 
+// The shortest text that reads back as `x` (the launch's round trip through its command line).
+std::string number_text(double x) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
 Status read_bytes(const std::string& text, uint64_t& out, const char* flag) {
   auto b = parse_bytes(text);
   if (!b.is_ok()) return Status::invalid_argument(std::string(flag) + ": " + b.status().message());
@@ -206,6 +213,18 @@ const std::vector<LaunchFlag> kFlags = {
        TANDEM_RETURN_IF_ERROR(read_int(v, n, "--draft-max"));
        if (n < 1 || n > 32) return Status::invalid_argument("--draft-max: " + v + " is not in [1, 32]");
        l.draft_max = n;
+       return Status::ok();
+     }},
+    {"--spec-synth-len", Kind::value,
+     "--socket: benchmarks only: keep drafted tokens at random so that a step yields L tokens on average "
+     "(llama.cpp's synthetic acceptance)",
+     [](const EngineLaunch& l) { return l.spec_synth_len == 0 ? Values{} : Values{number_text(l.spec_synth_len)}; },
+     [](EngineLaunch& l, const std::string& v) {
+       char* end = nullptr;
+       const double x = std::strtod(v.c_str(), &end);
+       if (v.empty() || *end != '\0' || !(x >= 1 && x <= 33))
+         return Status::invalid_argument("--spec-synth-len: '" + v + "' is not a number in [1, 33]");
+       l.spec_synth_len = x;
        return Status::ok();
      }},
     {"--log-format", Kind::value, "Log lines as readable text (default) or one JSON object per line",

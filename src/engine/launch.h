@@ -43,6 +43,7 @@ struct EngineLaunch {
   std::string speculative = "off";                       // --speculative: off, ngram or draft
   std::string draft_model;                               // --draft-model: the draft's GGUF
   int draft_max = 8;                                     // --draft-max: tokens drafted per step
+  double spec_synth_len = 0;                             // --spec-synth-len: benchmarks' synthetic acceptance
   bool json_logs = false;                                // --log-format json
   // Appended after every flag above, as they are (serve's --engine-flag); read back as everything
   // from the first argument that is not one of the table's flags.

@@ -73,6 +73,8 @@ PromptCacheStats prompt_cache_from(const json& j) {
 json speculation_json(const std::string& mode, const SpeculationStats& st) {
   json j = {{"mode", mode}};
   for (const SpeculationField& f : kSpeculationFields) j[std::string(f.name)] = st.*f.member;
+  for (const SpeculationTime& f : kSpeculationTimes) j[std::string(f.name)] = st.*f.member;
+  if (st.synth_len > 0) j["synthetic_length"] = st.synth_len;
   return j;
 }
 
@@ -115,6 +117,8 @@ EngineStatus status_from(const json& j) {
     for (const SpeculationField& f : kSpeculationFields) {
       s.speculation.*f.member = int_field(spec, std::string(f.name).c_str(), uint64_t{0});
     }
+    for (const SpeculationTime& f : kSpeculationTimes) s.speculation.*f.member = spec.value(std::string(f.name), 0.0);
+    s.speculation.synth_len = spec.value("synthetic_length", 0.0);
   }
   s.error = j.value("error", "");
   return s;

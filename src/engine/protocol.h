@@ -141,9 +141,12 @@ inline constexpr PromptCacheField kPromptCacheFields[] = {
 
 // Speculative decoding (engine/speculation.h), since the engine started.
 struct SpeculationStats {
-  uint64_t steps = 0;     // decode steps that checked a draft
-  uint64_t drafted = 0;   // draft tokens checked
-  uint64_t accepted = 0;  // of which the target kept
+  uint64_t steps = 0;         // decode steps that checked a draft
+  uint64_t drafted = 0;       // draft tokens checked
+  uint64_t accepted = 0;      // of which the target kept
+  double draft_seconds = 0;   // spent drafting
+  double verify_seconds = 0;  // spent in decode steps that checked drafts
+  double synth_len = 0;       // benchmarks' synthetic acceptance (speculation.h); 0: off
 };
 
 // One row per counter, as kPromptCacheFields: its name on the wire, in /health's speculative and
@@ -161,6 +164,19 @@ inline constexpr SpeculationField kSpeculationFields[] = {
      "Drafted tokens the model checked."},
     {"accepted", &SpeculationStats::accepted, "tandem_speculative_accepted_tokens_total",
      "Drafted tokens the model kept: each is one decode step saved."},
+};
+// The same for the times, in seconds.
+struct SpeculationTime {
+  std::string_view name;
+  double SpeculationStats::*member;
+  std::string_view metric;
+  std::string_view metric_help;
+};
+inline constexpr SpeculationTime kSpeculationTimes[] = {
+    {"draft_seconds", &SpeculationStats::draft_seconds, "tandem_speculative_draft_seconds_total",
+     "Time spent drafting, the draft model's reading of each batch included."},
+    {"verify_seconds", &SpeculationStats::verify_seconds, "tandem_speculative_verify_seconds_total",
+     "Time of the decode steps that checked drafted tokens."},
 };
 
 // The engine's state in its status. The engine sends the first three; `stopped` is the gateway's

@@ -101,6 +101,10 @@ Status parse_limits(const json& body, int n_ctx, Job& job) {
   }
   int64_t n = 1;
   TANDEM_RETURN_IF_ERROR(integer_field(body, "n", 1, 1, &n));
+  // llama-server's name; 0 turns speculation off for this request.
+  int64_t draft_max = -1;
+  TANDEM_RETURN_IF_ERROR(integer_field(body, "speculative.n_max", 0, 32, &draft_max));
+  job.draft_max = static_cast<int>(draft_max);
   // logprobs: true (chat) or the number of alternatives (completions); top_logprobs: that number.
   if (body.contains("logprobs") && !body["logprobs"].is_null()) {
     const json& lp = body["logprobs"];

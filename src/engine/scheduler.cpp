@@ -414,6 +414,7 @@ void Scheduler::step() {
     if (added > 0) in_batch.push_back(s.get());
   }
   if (batch.n_tokens == 0) return;
+  const double t0 = now_s();
   if (const int rc = llama_decode(ctx_, batch); rc != 0) {
     const std::string reason = take_last_llama_error();
     const Status error =
@@ -426,6 +427,10 @@ void Scheduler::step() {
     }
     return;
   }
+  // The verify cost: the step's decode alone, when it carried a draft (the draft model's mirror
+  // of the batch is the drafting's cost).
+  if (speculator_ && std::any_of(in_batch.begin(), in_batch.end(), [](Slot* s) { return s->checking_draft(); }))
+    speculator_->count_verify_time(now_s() - t0);
   Speculator* spec = speculator_ && speculator_->process(batch) ? speculator_.get() : nullptr;
   int generated = 0;
   for (Slot* s : in_batch) generated += s->after_decode(ctx_, spec);

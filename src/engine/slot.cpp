@@ -64,6 +64,7 @@ void Slot::start(std::unique_ptr<Job> job, llama_context* ctx, Speculator* spec)
   }
   saved_ = false;
   job_ = std::move(job);
+  chance_.seed(common_sampler_get_seed(job_->sampler.get()));
   text_ = TextStream(job_->stops);
   logits_index_ = -1;
   next_ = -1;
@@ -82,6 +83,7 @@ bool Slot::want_draft(Speculator& spec, int n_max) {
   draft_.clear();
   if (!generating() || n_generated_ < static_cast<int>(job_->forced.size())) return false;
   // Room for the tokens it may keep: the job's limit and the context, as decoding one by one has.
+  if (job_->draft_max >= 0) n_max = std::min(n_max, job_->draft_max);
   n_max = std::min({n_max, job_->max_tokens - n_generated_ - 1, n_ctx_ - 2 - static_cast<int>(cache_.size()) - 1});
   if (n_max < 1) return false;
   spec.want_draft(seq_id_, &cache_, next_, static_cast<int>(cache_.size()), n_max, &draft_);
@@ -135,7 +137,8 @@ int Slot::after_decode(llama_context* ctx, Speculator* spec) {
   // The target's own sample at each position, as long as it matches the draft (llama.cpp's rule:
   // with sampling too, every kept token is the target's sample), and one after the last match.
   const std::vector<llama_token> kept =
-      common_sampler_sample_and_accept_n(job_->sampler.get(), ctx, draft_idxs_, draft_);
+      spec->synth_probs().empty() ? common_sampler_sample_and_accept_n(job_->sampler.get(), ctx, draft_idxs_, draft_)
+                                  : keep_by_chance(ctx, spec->synth_probs());
   const int n_accepted = static_cast<int>(kept.size()) - 1;
   spec->accept(seq_id_, n_accepted);
   spec->count_step(static_cast<int>(draft_.size()), n_accepted);
@@ -153,6 +156,26 @@ int Slot::after_decode(llama_context* ctx, Speculator* spec) {
     if (!take_token(ctx, draft_idxs_[i], kept[i], first + 1 + i)) break;
   }
   return taken;
+}
+
+std::vector<llama_token> Slot::keep_by_chance(llama_context* ctx, const std::vector<double>& probs) {
+  common_sampler* sampler = job_->sampler.get();
+  const llama_vocab* vocab = llama_model_get_vocab(llama_get_model(ctx));
+  std::uniform_real_distribution<double> draw(0.0, 1.0);
+  std::vector<llama_token> kept;
+  for (size_t i = 0; i <= draft_.size(); ++i) {
+    // The model samples every row it checks, as it would; a kept drafted token stands in for it.
+    const llama_token sampled = common_sampler_sample(sampler, ctx, draft_idxs_[i]);
+    // A drafted end of generation is never kept: it would end the request early.
+    const bool keep =
+        i < draft_.size() && i < probs.size() && draw(chance_) < probs[i] && !llama_vocab_is_eog(vocab, draft_[i]);
+    const llama_token token = keep ? draft_[i] : sampled;
+    // A grammar need not allow a token the model did not choose: only the model's advance it.
+    common_sampler_accept(sampler, token, !keep);
+    kept.push_back(token);
+    if (!keep) break;
+  }
+  return kept;
 }
 
 bool Slot::take_token(llama_context* ctx, int idx, llama_token token, size_t held) {

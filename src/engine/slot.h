@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "engine/job.h"
@@ -55,6 +56,8 @@ class Slot {
   bool want_draft(Speculator& spec, int n_max);
   // Tokens this slot puts into the next batch when it generates: the last sampled one and its draft.
   int generating_tokens() const { return generating() ? 1 + static_cast<int>(draft_.size()) : 0; }
+  // The pending step carries a draft of this slot's.
+  bool checking_draft() const { return !draft_.empty(); }
 
   // Adds this slot's next tokens to `batch`: the last sampled token and its draft, or up to `budget`
   // prompt tokens. Returns how many were added.
@@ -76,6 +79,9 @@ class Slot {
   // Takes `token`, sampled (and accepted by the sampler) from the logits at batch index `idx` when
   // the stream held `held` tokens: its events, and the end of the job. False when the job ended.
   bool take_token(llama_context* ctx, int idx, llama_token token, size_t held);
+  // Benchmarks' synthetic acceptance (Speculator::synth_probs()): which of the pending draft to
+  // keep, by chance rather than by the model's samples.
+  std::vector<llama_token> keep_by_chance(llama_context* ctx, const std::vector<double>& probs);
   void finish(const char* reason);
   void emit(const std::string& ready, bool final);
 
@@ -93,6 +99,7 @@ class Slot {
   std::vector<TokenLogprob> logprobs_;  // only when the job asked for logprobs: not yet sent
   int n_cached_ = 0;                    // prompt tokens reused from the cache
   bool saved_ = false;                  // see saved()
+  std::mt19937 chance_;                 // keep_by_chance()'s draws, seeded by the job's seed
 };
 
 }  // namespace tandem::engine

@@ -1,6 +1,7 @@
 #include "engine/speculation.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <stdexcept>
 
@@ -114,6 +115,7 @@ Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions&
   params.ngram_map_k.size_n = kNgramKey;
   params.ngram_map_k.size_m = static_cast<uint16_t>(o.draft_max);
   params.ngram_map_k.min_hits = 1;
+  if (o.synth_len > 0) params.synth_len = o.synth_len;
   if (o.mode == "ngram") {
     params.types = {COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K};
   } else {
@@ -130,6 +132,12 @@ Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions&
                                     (o.mode == "draft" ? " with " + o.draft_model : std::string()) + ": " + e.what());
   }
   if (s->spec_ == nullptr) return Status::internal("llama.cpp's speculative decoding did not start");
+  s->synth_probs_ = common_speculative_get_synth_probs(s->spec_);
+  if (!s->synth_probs_.empty()) {
+    s->stats_.synth_len = o.synth_len;
+    log::warn("engine", "synthetic acceptance (benchmarks only): drafted tokens are kept at random for " +
+                            std::to_string(o.synth_len) + " tokens a step on average; the text is not the model's");
+  }
   log::info("engine",
             "speculative decoding: " + o.mode +
                 (s->draft_ ? std::string(s->draft_->eagle3 ? " (EAGLE3 draft " : " (draft ") + o.draft_model + ")"
@@ -155,7 +163,9 @@ void Speculator::want_draft(int seq, const std::vector<int>* held, int last, int
 }
 
 void Speculator::draft_all() {
+  const auto t0 = std::chrono::steady_clock::now();
   common_speculative_draft(spec_);
+  stats_.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!draft_) return;
   // Drafting decoded its proposals into the draft's streams; the target's batch brings them back
   // through process(), after the positions the target holds.
@@ -171,11 +181,13 @@ void Speculator::draft_all() {
 bool Speculator::process(const llama_batch& batch) {
   if (failed_) return false;
   bool ok = false;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     ok = common_speculative_process(spec_, batch);
   } catch (const std::exception& e) {
     log::warn("engine", std::string("speculative decoding: the draft's step failed: ") + e.what());
   }
+  stats_.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!ok) {
     failed_ = true;
     log::warn("engine", "speculative decoding is off from now on: the draft model's decode failed");

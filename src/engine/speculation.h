@@ -31,6 +31,10 @@ struct SpeculationOptions {
   std::string mode = "off";  // "off", "ngram" or "draft"
   std::string draft_model;   // GGUF of the draft ("draft")
   int draft_max = 8;         // tokens drafted per step at most
+  // Benchmarks only, > 0: llama.cpp's synthetic acceptance. Drafted tokens are kept at random, at
+  // rates that make a step yield this many tokens on average (in [1, draft_max + 1]); the text is
+  // then not the model's.
+  double synth_len = 0;
 };
 
 class Speculator {
@@ -72,6 +76,11 @@ class Speculator {
 
   SpeculationStats stats() const { return stats_; }
   void count_step(int drafted, int accepted);
+  // A decode step that checked drafts took `seconds` (the verify cost in /health).
+  void count_verify_time(double seconds) { stats_.verify_seconds += seconds; }
+  // Synthetic acceptance (SpeculationOptions::synth_len): the chance that drafted token i is kept
+  // once the ones before it were. Empty: the target decides, as always outside benchmarks.
+  const std::vector<double>& synth_probs() const { return synth_probs_; }
 
  private:
   Speculator(SpeculationOptions options, int n_seq);
@@ -85,6 +94,7 @@ class Speculator {
   int n_seq_;
   bool failed_ = false;
   SpeculationStats stats_;
+  std::vector<double> synth_probs_;
 };
 
 }  // namespace tandem::engine

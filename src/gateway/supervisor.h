@@ -59,6 +59,7 @@ struct SupervisorOptions {
   std::string speculative = "off";  // speculative decoding: off, ngram or draft
   std::string draft_model;          // the draft's GGUF ("draft")
   int draft_max = 8;
+  double spec_synth_len = 0;              // benchmarks only (engine/speculation.h)
   bool backtraces = false;                // let ggml print gdb backtraces when the engine aborts
   std::vector<std::string> engine_flags;  // appended to the engine's command line as they are
   std::string runtime_dir;                // for the engine's socket; "" = a fresh folder in /tmp

@@ -135,13 +135,15 @@ std::string prompt_cache_families(const SupervisorSnapshot& s) {
   return out;
 }
 
-// /health's speculative: the mode, the table's counters, and the mean tokens a checking step
-// gives (1 + accepted ÷ steps; 1 without drafts).
+// /health's speculative: the mode, the tables' counters and times, the mean tokens a checking step
+// gives (1 + accepted ÷ steps; 1 without drafts), and a benchmark's synthetic acceptance when on.
 nlohmann::json health_speculation(const engine::EngineStatus& e) {
   nlohmann::json j = {{"mode", e.speculative}};
-  for (const engine::SpeculationField& f : engine::kSpeculationFields) j[std::string(f.name)] = e.speculation.*f.member;
   const auto& st = e.speculation;
+  for (const engine::SpeculationField& f : engine::kSpeculationFields) j[std::string(f.name)] = st.*f.member;
+  for (const engine::SpeculationTime& f : engine::kSpeculationTimes) j[std::string(f.name)] = st.*f.member;
   j["acceptance_length"] = st.steps > 0 ? 1.0 + static_cast<double>(st.accepted) / static_cast<double>(st.steps) : 1.0;
+  if (st.synth_len > 0) j["synthetic_length"] = st.synth_len;
   return j;
 }
 
@@ -150,6 +152,10 @@ std::string speculation_families(const SupervisorSnapshot& s) {
   for (const engine::SpeculationField& f : engine::kSpeculationFields) {
     out += prometheus::family(std::string(f.metric), "counter", std::string(f.metric_help),
                               one(static_cast<double>(s.engine.speculation.*f.member)));
+  }
+  for (const engine::SpeculationTime& f : engine::kSpeculationTimes) {
+    out += prometheus::family(std::string(f.metric), "counter", std::string(f.metric_help),
+                              one(s.engine.speculation.*f.member));
   }
   return out;
 }

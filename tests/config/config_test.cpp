@@ -215,6 +215,12 @@ TEST(Config, SpeculativeDecodingKeys) {
   EXPECT_FALSE(parse_config("[model]\nspeculative = \"eagle\"\n").is_ok());
   EXPECT_FALSE(parse_config("[model]\ndraft_max = 0\n").is_ok());
   EXPECT_FALSE(parse_config("[model]\ndraft_max = 33\n").is_ok());
+  EXPECT_EQ(off->model.spec_synth_len, 0.0);
+  const auto synth = parse_config("[model]\nspeculative = \"ngram\"\nspec_synth_len = 2.5\n");
+  ASSERT_TRUE(synth.is_ok()) << synth.status().to_string();
+  EXPECT_EQ(synth->model.spec_synth_len, 2.5);
+  EXPECT_FALSE(parse_config("[model]\nspec_synth_len = -1\n").is_ok());
+  EXPECT_FALSE(parse_config("[model]\nspec_synth_len = \"high\"\n").is_ok());
 }
 
 // docs/config.md lists every key the reader knows, so that none is undocumented.

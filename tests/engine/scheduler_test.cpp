@@ -612,12 +612,19 @@ TEST_F(SchedulerTest, SpeculationWithADraftModelFollowsAPromptCacheRestore) {
 
 // A draft that disagrees with the target (another model of the same vocabulary: the tiny preset
 // with other weights): most of its tokens are refused, and the tokens stay greedy's.
-TEST_F(SchedulerTest, ARefusedDraftLeavesTheGreedyTokens) {
+// Another model of the fixture's vocabulary (the tiny preset with other weights): a draft the
+// target mostly disagrees with.
+std::string disagreeing_draft(const std::string& dir) {
   synth::ModelSpec spec = synth::preset("tiny").value();
   spec.type = GGML_TYPE_IQ4_XS;
   spec.seed = 7;
-  const std::string other = *dir_ + "/other-draft.gguf";
-  ASSERT_TRUE(synth::write_model(spec, other, {}).is_ok());
+  const std::string path = dir + "/other-draft.gguf";
+  EXPECT_TRUE(synth::write_model(spec, path, {}).is_ok());
+  return path;
+}
+
+TEST_F(SchedulerTest, ARefusedDraftLeavesTheGreedyTokens) {
+  const std::string other = disagreeing_draft(*dir_);
   const json body = greedy(repeating_prompt(), 32);
   auto off = make(1, 512);
   const EngineEvent base = run(*off, "base", RequestKind::completion, body);
@@ -699,6 +706,72 @@ TEST_F(SchedulerTest, ADraftModelThatCannotLoadIsNamed) {
   EXPECT_NE(bad.status().message().find("junk.gguf"), std::string::npos) << bad.status().to_string();
   o.speculation.mode = "eagle";
   EXPECT_FALSE(Scheduler::create(model_, o).is_ok());
+}
+
+// Benchmarks' synthetic acceptance keeps drafted tokens by chance, whatever the model samples: with
+// a draft the model disagrees with, a length of draft_max + 1 keeps every drafted token, 1 none, and
+// 2.5 about 1.5 of them a step (the seed fixes the draws). The times of drafting and checking add up.
+TEST_F(SchedulerTest, SyntheticAcceptanceKeepsDraftsByChanceAtTheLengthAsked) {
+  const std::string other = disagreeing_draft(*dir_);
+  json body = greedy("The cable between the two boxes", 160);
+  body["seed"] = 11;
+  for (const double length : {5.0, 1.0, 2.5}) {
+    auto s = make(1, 512, true, 0, nullptr, SpeculationOptions{"draft", other, 4, length});
+    ASSERT_TRUE(s) << length;
+    const EngineEvent e = run(*s, "synth", RequestKind::completion, body);
+    ASSERT_EQ(e.type, EngineEvent::Type::done) << length << ": " << e.message;
+    EXPECT_EQ(e.usage.completion_tokens, 160);
+    const SchedulerStats st = s->stats();
+    ASSERT_GT(st.speculation.steps, 10u) << length;
+    EXPECT_EQ(st.speculation.synth_len, length);
+    const double mean = 1.0 + static_cast<double>(st.speculation.accepted) / static_cast<double>(st.speculation.steps);
+    if (length == 5.0) EXPECT_EQ(st.speculation.accepted, st.speculation.drafted);
+    if (length == 1.0) EXPECT_EQ(st.speculation.accepted, 0u);
+    EXPECT_NEAR(mean, length, 0.4) << length;
+    EXPECT_GT(st.speculation.draft_seconds, 0.0) << length;
+    EXPECT_GT(st.speculation.verify_seconds, 0.0) << length;
+  }
+  // Outside [1, draft_max + 1], no scheduler, and the reason.
+  SchedulerOptions o;
+  o.context = 256;
+  o.threads = 1;
+  o.speculation = {"draft", other, 4, 6.0};
+  auto refused = Scheduler::create(model_, o);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("synthetic acceptance length"), std::string::npos)
+      << refused.status().to_string();
+}
+
+// A request caps its own drafts with llama-server's "speculative.n_max": 0 turns speculation off
+// for it, 2 drafts two tokens at most; the tokens stay greedy's. Out of [0, 32], refused.
+TEST_F(SchedulerTest, ARequestCapsItsOwnDrafts) {
+  const json body = greedy(repeating_prompt(), 40);
+  auto off = make(1, 512);
+  const EngineEvent base = run(*off, "base", RequestKind::completion, body);
+  ASSERT_EQ(base.type, EngineEvent::Type::done) << base.message;
+  auto s = make(1, 512, true, 0, nullptr, SpeculationOptions{"draft", *model_path_, 6});
+  ASSERT_TRUE(s);
+  json none = body;
+  none["speculative.n_max"] = 0;
+  const EngineEvent e0 = run(*s, "none", RequestKind::completion, none);
+  ASSERT_EQ(e0.type, EngineEvent::Type::done) << e0.message;
+  EXPECT_EQ(e0.tokens, base.tokens);
+  EXPECT_EQ(s->stats().speculation.steps, 0u);
+  json two = body;
+  two["speculative.n_max"] = 2;
+  const EngineEvent e2 = run(*s, "two", RequestKind::completion, two);
+  ASSERT_EQ(e2.type, EngineEvent::Type::done) << e2.message;
+  EXPECT_EQ(e2.tokens, base.tokens);
+  const SpeculationStats st = s->stats().speculation;
+  EXPECT_GT(st.steps, 0u);
+  EXPECT_LE(st.drafted, 2 * st.steps);
+  EXPECT_GT(st.drafted, st.steps) << "a cap of 2 should still draft 2 tokens a step here";
+  json wrong = body;
+  wrong["speculative.n_max"] = 40;
+  const Status refused = s->submit("wrong", RequestKind::completion, wrong.dump(), [](const EngineEvent&) {});
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.message().find("speculative.n_max must be an integer in [0, 32]"), std::string::npos)
+      << refused.to_string();
 }
 
 }  // namespace

@@ -121,6 +121,9 @@ TEST(Speculation, NgramAndADraftModelThroughTheSplitKeepTheTextAndShowTheirFigur
     EXPECT_GT(s["accepted"].get<int>(), 0) << s.dump();
     EXPECT_LE(s["accepted"].get<int>(), s["drafted"].get<int>());
     EXPECT_GT(s["acceptance_length"].get<double>(), 1.0) << s.dump();
+    EXPECT_GT(s["draft_seconds"].get<double>(), 0.0) << s.dump();
+    EXPECT_GT(s["verify_seconds"].get<double>(), 0.0) << s.dump();
+    EXPECT_FALSE(s.contains("synthetic_length")) << "a benchmark's switch, not given";
     EXPECT_EQ(sample(on.metrics, "tandem_speculative_accepted_tokens_total"), s["accepted"].get<double>())
         << on.metrics;
     EXPECT_EQ(sample(on.metrics, "tandem_speculative_steps_total"), s["steps"].get<double>()) << on.metrics;
@@ -130,6 +133,23 @@ TEST(Speculation, NgramAndADraftModelThroughTheSplitKeepTheTextAndShowTheirFigur
     EXPECT_GE(on.bench["spec_drafted_tokens"]["median"].get<double>(),
               on.bench["spec_accepted_tokens"]["median"].get<double>());
   }
+}
+
+// A benchmark's synthetic acceptance through serve's flag: every drafted token is kept at
+// --spec-synth-len = --draft-max + 1 (a drafted end of generation aside), /health says the length
+// is synthetic, and /metrics has the times of drafting and checking.
+TEST(Speculation, SyntheticAcceptanceThroughServeShowsItsLengthAndTimes) {
+  ScratchDir dir;
+  DraftDir drafts;
+  const std::string model = drafts.file("tiny.gguf");
+  ASSERT_EQ(run_tandem("synth --preset tiny --type IQ4_XS --seed 7 -o " + model, dir.file("")).exit_code, 0);
+  const Served on =
+      serve_once(dir, {"--speculative", "draft", "--draft-model", model, "--draft-max", "3", "--spec-synth-len", "4"});
+  const json& s = on.speculative;
+  EXPECT_EQ(s.value("synthetic_length", 0.0), 4.0) << s.dump();
+  EXPECT_GT(s.value("acceptance_length", 0.0), 3.5) << s.dump();
+  EXPECT_GT(sample(on.metrics, "tandem_speculative_verify_seconds_total"), 0.0) << on.metrics;
+  EXPECT_GT(sample(on.metrics, "tandem_speculative_draft_seconds_total"), 0.0) << on.metrics;
 }
 
 // A worker lost during a verify step ends that request with an error naming it, as without
