@@ -708,6 +708,45 @@ TEST_F(SchedulerTest, ADraftModelThatCannotLoadIsNamed) {
   EXPECT_FALSE(Scheduler::create(model_, o).is_ok());
 }
 
+// With sampling, every kept token is the model's own sample at its place, drawn in the order
+// decoding one by one draws (a step samples its rows until the first refused draft, one draw each):
+// with the same seed a reply is the same draw as without speculation, and so follows the model's
+// distribution. Checked over seeds with n-grams, a draft that agrees with the model (itself) and
+// one it mostly refuses.
+TEST_F(SchedulerTest, WithSamplingTheRepliesAreTheModelsOwnDraws) {
+  auto off = make(1, 512);
+  auto ngram = make(1, 512, true, 0, nullptr, SpeculationOptions{"ngram", "", 4});
+  auto agreeing = make(1, 512, true, 0, nullptr, SpeculationOptions{"draft", *model_path_, 4});
+  auto refused = make(1, 512, true, 0, nullptr, SpeculationOptions{"draft", disagreeing_draft(*dir_), 4});
+  ASSERT_TRUE(ngram && agreeing && refused);
+  const std::vector<Scheduler*> speculating = {ngram.get(), agreeing.get(), refused.get()};
+  std::set<std::vector<int32_t>> distinct;
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    json body = {{"prompt", repeating_prompt()},
+                 {"max_tokens", 24},
+                 {"temperature", 0.3},
+                 {"top_k", 0},
+                 {"top_p", 1.0},
+                 {"min_p", 0.0},
+                 {"seed", seed},
+                 {"ignore_eos", true},
+                 {"return_tokens", true}};
+    const EngineEvent base = run(*off, "off", RequestKind::completion, body);
+    ASSERT_EQ(base.type, EngineEvent::Type::done) << base.message;
+    distinct.insert(base.tokens);
+    for (Scheduler* s : speculating) {
+      const EngineEvent e = run(*s, "spec", RequestKind::completion, body);
+      ASSERT_EQ(e.type, EngineEvent::Type::done) << e.message;
+      EXPECT_EQ(e.tokens, base.tokens) << "seed " << seed << ", " << s->stats().speculative;
+    }
+  }
+  EXPECT_GT(distinct.size(), 4u) << "the seeds should give different replies: the sampling is not greedy";
+  for (Scheduler* s : speculating) EXPECT_GT(s->stats().speculation.steps, 0u) << s->stats().speculative;
+  EXPECT_GT(agreeing->stats().speculation.accepted, 0u);
+  const SpeculationStats st = refused->stats().speculation;
+  EXPECT_LT(st.accepted, st.drafted) << "no draft was refused";
+}
+
 // Benchmarks' synthetic acceptance keeps drafted tokens by chance, whatever the model samples: with
 // a draft the model disagrees with, a length of draft_max + 1 keeps every drafted token, 1 none, and
 // 2.5 about 1.5 of them a step (the seed fixes the draws). The times of drafting and checking add up.
