@@ -140,6 +140,20 @@ ModelSpec qwen3_proxy() {
   return s;
 }
 
+// MiniMax-M3's layers exactly as released, every one of the 128 routed experts kept, but 7 layers
+// instead of 60: the leading dense kind once and the MoE kind 6 times. One MoE layer is 3.9 GB as
+// IQ4_XS, so the file is 25.2 GB (23.5 GiB; 8 layers would be 29.2 GB), which fits the lent GPU's
+// 64 GB disk beside a split's worker cache of half of it. m3-proxy keeps the real depth and what
+// one token reads; this one keeps what a batch of k tokens reads: the union of their experts,
+// which 16 experts would cap at 16 per layer.
+ModelSpec m3_experts_proxy() {
+  ModelSpec s = minimax_m3_real();
+  s.name = "MiniMax-M3 proxy, 128 experts, 7 layers (synthetic)";
+  s.n_layer = 7;
+  s.n_layer_dense_lead = 1;
+  return s;
+}
+
 }  // namespace
 
 std::vector<PresetInfo> presets() {
@@ -152,6 +166,9 @@ std::vector<PresetInfo> presets() {
        "glm4moe, 4 layers (1 dense), hidden 256, 8 experts (4 used + 1 shared), attention biases, Q4_K"},
       {"m3-proxy",
        "MiniMax-M3's real per-token shapes with 16 routed experts instead of 128, IQ4_XS, ~34 GB: GPU benchmarks"},
+      {"m3-experts-proxy",
+       "MiniMax-M3's real layers with all 128 routed experts, 7 of them (1 dense + 6 MoE), IQ4_XS, ~25 GB: GPU "
+       "benchmarks of what a batch of tokens reads (speculative decoding's verify steps)"},
       {"m3", "the real MiniMax-M3 (~428B parameters, 128 experts), IQ4_XS; use with --header-only"},
       {"qwen3-proxy",
        "Qwen3-235B-A22B's real per-token shapes (94 layers, 8 experts used) with 16 routed experts instead of 128, "
@@ -175,6 +192,7 @@ Result<ModelSpec> preset(const std::string& name) {
     s.n_expert = 16;
     return s;
   }
+  if (name == "m3-experts-proxy") return m3_experts_proxy();
   std::string known;
   for (const auto& p : presets()) known += (known.empty() ? "" : ", ") + p.name;
   return Status::invalid_argument("unknown preset '" + name + "' (known: " + known + ")");

@@ -1,5 +1,6 @@
 // Every synthetic architecture and weight type is written, read back, loaded by llama.cpp on the
 // CPU, and generates: the CPU backend's code path for each type runs at least once here.
+#include <map>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -169,6 +170,37 @@ TEST(Synth, M3ProxyReadsWhatTheRealModelReadsPerToken) {
   EXPECT_EQ(p->active_bytes_per_token() + router_diff, m->active_bytes_per_token());
   EXPECT_NEAR(static_cast<double>(p->active_bytes_per_token()), 14.0e9, 0.6e9);
   EXPECT_NEAR(static_cast<double>(p->tensor_bytes), 33e9, 4e9);
+}
+
+TEST(Synth, M3ExpertsProxyIsTheRealModelsLayersWithEveryExpert) {
+  // Fewer layers, each one exactly the real model's (both kinds: dense and 128-expert MoE), and a
+  // file that fits the lent GPU's disk beside a split's worker cache of half of it.
+  ScratchDir dir;
+  ModelSpec proxy = preset("m3-experts-proxy").value(), real = preset("m3").value();
+  proxy.header_only = real.header_only = true;
+  ASSERT_TRUE(write_model(proxy, dir.file("proxy.gguf"), {}).is_ok());
+  ASSERT_TRUE(write_model(real, dir.file("real.gguf"), {}).is_ok());
+  auto p = plan::read_model_info(dir.file("proxy.gguf"));
+  auto m = plan::read_model_info(dir.file("real.gguf"));
+  ASSERT_TRUE(p.is_ok() && m.is_ok());
+  EXPECT_EQ(p->n_layer, 7u);
+  EXPECT_EQ(p->n_layer_dense_lead, 1u);
+  EXPECT_EQ(p->n_expert, 128u);
+  EXPECT_EQ(p->n_expert_used, m->n_expert_used);
+  std::map<std::string, const plan::TensorInfo*> real_tensors;
+  for (const auto& t : m->tensors) real_tensors[t.name] = &t;
+  for (const auto& t : p->tensors) {
+    // Layer 0 is dense in both; the proxy's MoE layers 1-6 are the real model's 3-59.
+    std::string name = t.name;
+    if (t.layer >= 1) name = "blk." + std::to_string(t.layer + 2) + name.substr(name.find('.', 4));
+    ASSERT_TRUE(real_tensors.count(name)) << t.name;
+    const plan::TensorInfo& r = *real_tensors[name];
+    EXPECT_EQ(t.type, r.type) << t.name;
+    EXPECT_EQ(t.bytes, r.bytes) << t.name;
+    for (int d = 0; d < 4; ++d) EXPECT_EQ(t.ne[d], r.ne[d]) << t.name;
+  }
+  EXPECT_GT(p->tensor_bytes, 24e9);
+  EXPECT_LT(p->tensor_bytes, 28e9) << "no longer fits the lent GPU's disk beside a split's worker cache";
 }
 
 TEST(Synth, RejectsImpossibleShapesWithTheFieldName) {
