@@ -24,7 +24,7 @@ wait_ready() {  # url; prints seconds from now until /health is ready
     if curl -sf "$1/health" 2>/dev/null | grep -q -E '"status":"ok"|"state":"ready"'; then
       python3 -c "import time; print(round(time.time() - $t0, 2))"; return 0
     fi
-    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { echo "a process of $1 exited while loading (logs: $work)" >&2; tail -20 "$work"/*.log >&2; return 1; }; done
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { echo "a process of $1 exited while loading (logs: $work)" >&2; tail -n 20 "$work"/*.log >&2; return 1; }; done
     sleep 0.1
   done
   echo "not ready: $1" >&2; return 1
@@ -102,7 +102,7 @@ start_config() {  # name; sets url, load_s, link_bytes
         -t "$threads" "${tandem_cache[@]}" "${tandem_args[@]}" ${TANDEM_SERVE_ARGS:-} >"$work/$name.log" 2>&1 & pids+=($!) ;;
     *) echo "unknown configuration: $name" >&2; return 1 ;;
   esac
-  load_s=$(wait_ready "$url")
+  load_s=$(wait_ready "$url") || return 1
   link_bytes=0
   case "$name" in tandem-*)
     link_bytes=$(curl -sf -H "Authorization: Bearer $key" "$url/health" | python3 -c 'import json,sys; print(sum(n["bytes_to_worker"] for n in json.load(sys.stdin)["nodes"]))') ;;
