@@ -16,6 +16,12 @@
 #   bench/device-compare.sh check [FLAG]       bench/device-check.sh: GPU tests and the tiny model's tokens, one process and split, ~1 min
 #   bench/device-compare.sh prompt-cache [ROUNDS]  three 8k-token conversations taking turns on one slot, tandem-split
 #                                     against llama-server --cache-ram over the stock split (graphs on), ~6 min a round
+#   bench/device-compare.sh speculation       bench/speculation.sh: speculative decoding side by side on m3-experts-proxy
+#                                     (MiniMax-M3's layers with all 128 experts, ~25 GB) with a small draft of its
+#                                     vocabulary, both written to /tmp first if missing (~1 min): tandem-split, the
+#                                     stock split with graphs, single and tandem-single, without speculation and at
+#                                     synthetic acceptance lengths 3.0, 2.0, 1.5, then the verify cost curve; ~7 min
+#                                     with the files there, whatever is left past 9 minutes is skipped
 #   bench/device-compare.sh tensor-split      bench/tensor-split.sh on the GPU: the FFN tensor split's tokens against one
 #                                     process, beside the layer split and llama.cpp's, and a 20k-token soak, ~5 min
 #   bench/device-compare.sh tensor-split-cpu  the same on this machine's CPU cores (CUDA hidden), workers of 4
@@ -34,7 +40,7 @@ export TANDEM_CACHE=/tmp/tandem-cache
 preset=${PRESET:-m3-proxy}
 model=/tmp/$preset.gguf
 export OUT=$out
-case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|prompt-cache [ROUNDS]|tensor-split|tensor-split-cpu|diag [LAYERS]|load|writes|placement|reuse|contexts|local|prefill|check [FLAG]}" in
+case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|prompt-cache [ROUNDS]|speculation|tensor-split|tensor-split-cpu|diag [LAYERS]|load|writes|placement|reuse|contexts|local|prefill|check [FLAG]}" in
   build)
     "$root/scripts/device-build.sh" tandem tandem-engine datapath_test worker_load_test 2>&1 | tail -5
     ls "$TANDEM_CACHE"/build/*/bin/ | grep -E 'llama-server|ggml-rpc-server' ;;
@@ -55,6 +61,31 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|prompt-cache [R
       MACHINE=${MACHINE:-h200}-prompt-cache SPLIT_MODE=gpu "$root/bench/compare.sh" "$root/build-cuda" "$model" "${2:-1}"
     run_dir="$root/bench/results/$(date +%Y-%m-%d)-${MACHINE:-h200}-prompt-cache"
     mkdir -p "$out/results" && cp "$run_dir"/results.{json,md} "$out/results/" ;;
+  speculation)
+    # Its own model (PRESET overrides): the union of experts a verify step reads needs all 128.
+    model=/tmp/${PRESET:-m3-experts-proxy}.gguf draft=/tmp/${PRESET:-m3-experts-proxy}-draft.gguf
+    nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv > "$out/gpu.txt"
+    card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
+    # The model, its worker's cache (half of it) and the draft beside the build: drop the other
+    # presets' files first when the disk is short (docs/benchmark.md: about two models fit).
+    need_gb=$(( $([ -f "$model" ] && echo 0 || echo 26) + 14 ))
+    if [ "$(df -BG --output=avail /tmp | tail -1 | tr -dc 0-9)" -lt "$need_gb" ]; then
+      for f in /tmp/*-proxy.gguf; do [ "$f" = "$model" ] || { echo "removing $f: the disk is short" >&2; rm -f "$f"; }; done
+    fi
+    [ -f "$model" ] || "$root/build-cuda/tandem" synth --preset "${PRESET:-m3-experts-proxy}" -o "$model" 2>&1 | tail -2
+    [ -f "$draft" ] || "$root/build-cuda/tandem" synth --draft-for "$model" -o "$draft" 2>&1 | tail -1
+    # One device call: what would end past SPEC_DEADLINE_S (default 540 s from this script's start)
+    # is skipped, and the results are copied to $OUT after every measurement.
+    status=0
+    MACHINE=${MACHINE:-${card:-gpu}} SPLIT_MODE=gpu DEADLINE_S=$(( ${SPEC_DEADLINE_S:-540} - SECONDS )) \
+      RESULTS_COPY="$out/results" "$root/bench/speculation.sh" "$root/build-cuda" "$model" "$draft" 2>&1 |
+      grep --line-buffered -v ' progress: ' | tee "$out/speculation.txt" || status=$?
+    run_dir="$root/bench/results/$(date +%Y-%m-%d)-${MACHINE:-${card:-gpu}}-speculation"
+    if [ -f "$run_dir/results.json" ]; then
+      python3 "$root/bench/spec_model.py" "$run_dir/results.json" --json "$out/results/spec_model.json" > "$out/spec_model.txt" 2>&1 || true
+      tar czf "$out/speculation-logs.tar.gz" -C "$run_dir" --exclude='results.*' .
+    fi
+    exit "$status" ;;
   tensor-split)
     DEVICE=gpu ROUNDS=${ROUNDS:-2} TOKENS=${TOKENS:-128} MODELS=${MODELS:-mid m3} \
       "$root/bench/tensor-split.sh" "$root/build-cuda" "$out/tensor-split-gpu" 2>&1 | tail -12 ;;
