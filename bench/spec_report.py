@@ -13,11 +13,14 @@ RUNS.jsonl has one line per measurement:
   failed or skipped  {"config", "length", "error"} or {..., "skipped"}: named in results.md
 MODEL.json is `tandem inspect --json` of the model.
 
-A verify step of k drafted tokens carries k+1 tokens; its time is verify_seconds / steps over the
-k group's requests, and verify_cost[k-1] = that ÷ a 1-token step's time, the per-token decode
-time of the k = 0 requests (no drafts, measured by the client: first to last token). The draft's
-time per step is draft_seconds / steps. wall_cost is the client's time per step (drafting and
-everything else a step does included) ÷ the same 1-token time.
+A verify step of k drafted tokens carries k+1 tokens. A 1-token step is the k = 0 requests' time
+per decoded token (the client's: first to last token) less the draft model's reading of each token
+(draft_seconds' growth at k = 0: a request without drafts still feeds the draft model). Per k:
+  verify_cost       verify_seconds / steps ÷ a 1-token step. tandem's engine times llama_decode
+                    alone, which on a GPU may return before the device is done: a lower bound there
+  verify_cost_wall  (the client's time per step - draft_seconds / steps) ÷ a 1-token step: the
+                    whole step less its drafting, sampling and streaming included as at k = 0
+  wall_cost         the client's time per step ÷ its time per token at k = 0, drafting included
 """
 import json
 import os
@@ -80,22 +83,33 @@ def decode_figures(runs):
 
 
 def verify_curve(run):
-    """A verify run's figures: the 1-token step, each k's step time, ratio, draft time, wall ratio."""
+    """A verify run's figures: the 1-token step, and per k the step's time, its ratio to a 1-token
+    step three ways, the draft's time and the tokens per step."""
     points = {p["k"]: p for p in run["points"]}
     p0 = points.get(0)
-    one = p0["decode_s"] / (p0["tokens"] - p0["requests"]) if p0 and p0["tokens"] > p0["requests"] else None
+    decoded0 = p0["tokens"] - p0["requests"] if p0 else 0  # a request's first token is its prompt's
+    one = p0["decode_s"] / decoded0 if decoded0 > 0 else None
+    # At k = 0 nothing is drafted, but the draft model still reads every token (the mirror):
+    # draft_seconds' growth per token is that, and a 1-token step of the target alone is the rest.
+    mirror = p0["draft_seconds"] / decoded0 if one and p0.get("draft_seconds") is not None else None
+    target_one = one - mirror if one and mirror is not None else one
     out = {"draft_max": run["draft_max"], "one_token_ms": one * 1e3 if one else None,
-           "step_ms": [], "cost": [], "draft_ms_per_step": [], "wall_cost": [], "acceptance_length": []}
+           "mirror_ms_per_token": mirror * 1e3 if mirror is not None else None,
+           "step_ms": [], "cost": [], "wall_step_ms": [], "wall_cost": [], "wall_verify_cost": [],
+           "draft_ms_per_step": [], "acceptance_length": []}
+    ms = lambda v: v * 1e3 if v is not None else None
     for k in range(1, run["draft_max"] + 1):
         p = points.get(k, {})
         steps = p.get("steps") or 0
         step = p["verify_seconds"] / steps if steps and p.get("verify_seconds") is not None else None
         draft = p["draft_seconds"] / steps if steps and p.get("draft_seconds") is not None else None
         wall = p["decode_s"] / steps if steps and p.get("decode_s") else None
-        out["step_ms"].append(step * 1e3 if step is not None else None)
-        out["cost"].append(step / one if step is not None and one else None)
-        out["draft_ms_per_step"].append(draft * 1e3 if draft is not None else None)
-        out["wall_cost"].append(wall / one if wall is not None and one else None)
+        out["step_ms"].append(ms(step))
+        out["cost"].append(div(step, target_one))
+        out["wall_step_ms"].append(ms(wall))
+        out["wall_cost"].append(div(wall, one))
+        out["wall_verify_cost"].append(div(wall - draft, target_one) if wall is not None and draft is not None else None)
+        out["draft_ms_per_step"].append(ms(draft))
         out["acceptance_length"].append(1 + p["accepted"] / steps if steps and p.get("accepted") is not None else None)
     return out
 
@@ -111,7 +125,8 @@ def speculative(runs):
     split = tps.get("tandem-split", {})
     vs_llama = {other: {length: div(split.get(length), tps[other].get(length)) for length in ["off"] + lengths}
                 for other in ("stock-split-graphs", "single") if other in tps}
-    curves = {VERIFY_KEYS.get(r["config"], r["config"]): verify_curve(r) for r in runs if r.get("kind") == "verify"}
+    curves = {VERIFY_KEYS.get(r["config"], r["config"]): verify_curve(r) for r in runs
+              if r.get("kind") == "verify" and "points" in r}
     result = {
         "lengths": ["off"] + lengths,
         "draft_max": next((r["draft_max"] for r in runs if r.get("kind") != "verify" and r.get("length") != "off"
@@ -123,6 +138,7 @@ def speculative(runs):
         "draft_seconds_per_step": draft_s,
         "verify_seconds_per_step": verify_s,
         "verify_cost": {k: v["cost"] for k, v in curves.items()},
+        "verify_cost_wall": {k: v["wall_verify_cost"] for k, v in curves.items()},
         "verify": curves,
     }
     r = ratio_vs_off.get("tandem-split", {}).get(GOAL_LENGTH)
@@ -172,12 +188,14 @@ def markdown(result, runs):
                 f"{c} " + ", ".join(f"{length} {v * 1e3:.2f}" for length, v in sorted(d.items())) for c, d in s[key].items())]
     for name, v in s["verify"].items():
         md += ["", f"Verify cost, tandem-{name} (draft_max {v['draft_max']}, every draft accepted; a 1-token step "
-               f"{fmt(v['one_token_ms'])} ms):", "", "| k (step of k+1 tokens) | " +
+               f"{fmt(v['one_token_ms'])} ms by the client, the draft model's reading of it "
+               f"{fmt(v['mirror_ms_per_token'])} ms of that):", "", "| k (step of k+1 tokens) | " +
                " | ".join(str(k) for k in range(1, v["draft_max"] + 1)) + " |", "|---|" + "---|" * v["draft_max"]]
-        for row, key, f in (("verify step ms", "step_ms", "{:.2f}"), ("÷ 1-token step", "cost", "{:.2f}"),
-                            ("draft ms per step", "draft_ms_per_step", "{:.2f}"), ("wall ÷ 1-token step", "wall_cost", "{:.2f}"),
-                            ("tokens per step", "acceptance_length", "{:.2f}")):
-            md.append(f"| {row} | " + " | ".join(fmt(x, f) for x in v[key]) + " |")
+        for row, key in (("verify ms (engine: llama_decode)", "step_ms"), ("÷ 1-token step", "cost"),
+                         ("step ms (client)", "wall_step_ms"), ("÷ 1-token step", "wall_cost"),
+                         ("draft ms per step", "draft_ms_per_step"), ("step less draft ÷ 1-token step", "wall_verify_cost"),
+                         ("tokens per step", "acceptance_length")):
+            md.append(f"| {row} | " + " | ".join(fmt(x) for x in v[key]) + " |")
     g = s["goal"]
     md += ["", f"Goal at {g['length']}: tandem-split's speed-up {fmt(g['ratio'])}× (≥ {GOAL_RATIO}: "
            f"{g['ratio_at_least_1_8']}), the stock split's {fmt(g['stock_split_ratio'])}× (tandem's ≥ it: "
@@ -185,7 +203,7 @@ def markdown(result, runs):
            f"{fmt(g['tandem_vs_stock_split_spec'])} (≥ 1: {g['decode_at_least_stock_split_spec']})"]
     load = {f"{r['config']} {r.get('length', 'verify')}": r["load_s"] for r in runs if r.get("load_s") is not None}
     md += ["", "load (s): " + ", ".join(f"{k} {v:.1f}" for k, v in load.items())]
-    missing = [f"{r['config']} {r.get('length', '')}: {r.get('error') or r.get('skipped')}" for r in runs
+    missing = [f"{r['config']} {r.get('length', 'verify')}: {r.get('error') or r.get('skipped')}" for r in runs
                if r.get("error") or r.get("skipped")]
     if missing:
         md += ["", "Not measured: " + "; ".join(missing)]

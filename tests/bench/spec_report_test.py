@@ -41,12 +41,14 @@ RUNS = [
     decode("single", "3.0", 200.0, warmup={"draft_n": 40, "draft_n_accepted": 21}),
     decode("tandem-single", "3.0", 215.0, 3.0),
     {"config": "tandem-split", "kind": "verify", "draft_max": 2, "load_s": 5.0, "points": [
-        point(0, 256, 2.54),                                  # 254 decoded tokens in 2.54 s: 10 ms each
+        # 254 decoded tokens in 2.54 s, 10 ms each, 2 ms of which the draft model reading them.
+        point(0, 256, 2.54, draft_s=0.508),
         point(1, 256, 1.5, steps=100, verify_s=1.2, draft_s=0.1),
         point(2, 256, 1.2, steps=80, verify_s=1.2, draft_s=0.16)]},
     decode("tandem-split", "1.5", 120.0, 1.5),
     {"config": "stock-split-graphs", "length": "1.5", "error": "did not start"},
     {"config": "single", "length": "1.5", "skipped": "deadline"},
+    {"config": "tandem-single", "kind": "verify", "skipped": "deadline"},
 ]
 
 
@@ -96,11 +98,16 @@ class SpecReport(unittest.TestCase):
     def test_the_verify_cost_is_a_steps_time_over_a_one_token_step(self):
         v = self.s["verify"]["split"]
         self.assertAlmostEqual(v["one_token_ms"], 10.0)
-        for got, want in zip(self.s["verify_cost"]["split"], [1.2, 1.5]):  # 12 ms and 15 ms steps
+        self.assertAlmostEqual(v["mirror_ms_per_token"], 2.0)
+        # The engine's 12 and 15 ms steps over the target's 8 ms token.
+        for got, want in zip(self.s["verify_cost"]["split"], [1.5, 1.875]):
             self.assertAlmostEqual(got, want)
         for got, want in zip(v["draft_ms_per_step"], [1.0, 2.0]):
             self.assertAlmostEqual(got, want)
+        # The client's 15 ms steps: over its 10 ms token, and less drafting over the target's 8 ms.
         for got, want in zip(v["wall_cost"], [1.5, 1.5]):
+            self.assertAlmostEqual(got, want)
+        for got, want in zip(self.s["verify_cost_wall"]["split"], [14 / 8, 13 / 8]):
             self.assertAlmostEqual(got, want)
         self.assertEqual(v["acceptance_length"], [2.0, 3.0])
 
@@ -117,6 +124,8 @@ class SpecReport(unittest.TestCase):
         self.assertIn("Verify cost, tandem-split", self.md)
         self.assertIn("stock-split-graphs 1.5: did not start", self.md)
         self.assertIn("single 1.5: deadline", self.md)
+        self.assertIn("tandem-single verify: deadline", self.md)
+        self.assertNotIn("single", self.s["verify"])
 
 
 if __name__ == "__main__":
