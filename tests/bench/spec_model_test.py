@@ -63,7 +63,7 @@ class SpecModel(unittest.TestCase):
 
     def test_a_measured_curve_is_mapped_onto_the_target_and_checked_on_the_proxy(self):
         results = {"model_info": MODEL, "speculative": {
-            "draft_max": 2, "verify_cost": {"split": [1.3, 1.6]},
+            "draft_max": 2, "verify_cost": {"split": [1.3, 1.6, 2.4]},
             "verify": {"split": {"draft_ms_per_step": [1.0, 2.0]}},
             "decode_tps": {"tandem-split": {"off": 100.0}},
             "decode_ratio_vs_no_spec": {"tandem-split": {"3.0": 1.5}},
@@ -78,6 +78,9 @@ class SpecModel(unittest.TestCase):
         rows = {x["k"]: x for x in r["verify_cost"]}
         self.assertAlmostEqual(rows[2]["implied_union"], 2.5)  # (1.6 x 1000 - 600) / 400
         self.assertAlmostEqual(rows[2]["target_cost_measured"], 1.6)  # the target here is the proxy
+        # 2.4 would be 4.5 tokens' worth of experts, more than all 8 of the proxy's (4 tokens' worth of 2 used): not mapped.
+        self.assertAlmostEqual(rows[3]["implied_union"], 4.5)
+        self.assertNotIn("target_cost_measured", rows[3])
         self.assertAlmostEqual(r["draft_overhead_ms_per_token"], 1.0)  # 1 ms a drafted token at k = 1 and 2
         measured = [x for x in r["predictions"] if x["source"] == "measured"]
         self.assertEqual(len(measured), 2)  # one per efficiency
