@@ -77,7 +77,7 @@ case "${1:?usage: device-compare.sh build|model|compare [ROUNDS]|prompt-cache [R
     # One device call: what would end past SPEC_DEADLINE_S (default 540 s from this script's start)
     # is skipped, and the results are copied to $OUT after every measurement.
     status=0
-    MACHINE=${MACHINE:-${card:-gpu}} SPLIT_MODE=gpu DEADLINE_S=$(( ${SPEC_DEADLINE_S:-540} - SECONDS )) \
+    MACHINE=${MACHINE:-${card:-gpu}} SPLIT_MODE=${SPLIT_MODE:-gpu} DEADLINE_S=$(( ${SPEC_DEADLINE_S:-540} - SECONDS )) \
       RESULTS_COPY="$out/results" "$root/bench/speculation.sh" "$root/build-cuda" "$model" "$draft" 2>&1 |
       grep --line-buffered -v ' progress: ' | tee "$out/speculation.txt" || status=$?
     run_dir="$root/bench/results/$(date +%Y-%m-%d)-${MACHINE:-${card:-gpu}}-speculation"

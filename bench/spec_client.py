@@ -2,7 +2,7 @@
 """The requests of bench/speculation.sh that `tandem bench` does not send.
 
 usage: spec_client.py warmup URL [--key KEY] [--tokens 48] [--prompt-tokens 64]
-       spec_client.py health URL [--key KEY]
+       spec_client.py health URL [--key KEY] [--once]
        spec_client.py summary BENCH.json WARMUP.json
        spec_client.py verify URL [--key KEY] [--k 0,1,...,8] [--tokens 128] [--requests 2] [--prompt-tokens 64]
 
@@ -13,7 +13,8 @@ warmup  one greedy completion before a configuration is measured (CUDA graphs, f
         object once settled, the starting point of the figures that follow.
 summary one line of a launch's figures: `tandem bench --json`'s decode (and acceptance), the warm-up's
         drafted and accepted tokens.
-health  tandem's /health `speculative` object once settled (null on other servers or with it off).
+health  tandem's /health `speculative` object once settled (null on other servers or with it off);
+        --once: one reading, for counters something else waited for (`tandem bench` does).
 verify  for each k, REQUESTS streaming completions with `"speculative.n_max": k` (tandem's, and
         llama-server's name, of a request's draft bound) on a server started with
         `--spec-synth-len DRAFT_MAX+1` (every drafted token accepted, so a step carries k+1 tokens);
@@ -165,6 +166,7 @@ def main(argv=None):
     p.add_argument("--k", default="0,1,2,3,4,5,6,7,8", help="verify: the draft bounds, one group of requests each")
     p.add_argument("--requests", type=int, default=2, help="verify: requests per k")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--once", action="store_true", help="health: one reading, not waiting for the counters to settle")
     a = p.parse_args(argv)
     if a.command == "summary":
         with open(a.url) as b, open(a.warm) as w:
@@ -175,7 +177,7 @@ def main(argv=None):
     if a.command == "warmup":
         r = warmup(server, a.tokens or 48, a.prompt_tokens, rng)
     elif a.command == "health":
-        r = server.settled()
+        r = server.speculative() if a.once else server.settled()
     else:
         r = verify(server, [int(k) for k in a.k.split(",")], a.tokens or 128, a.requests, a.prompt_tokens, rng)
     print(json.dumps(r))

@@ -107,7 +107,7 @@ decode_step() {  # config length
   if "${client[@]}" warmup "$url" --key "$key" --prompt-tokens "$prompt" > "$work/warm.json" &&
      "$tandem" bench --json --url "$url" --key "$key" --model bench --runs 1 --gen-tokens "$gen" \
        --ttft-tokens "$prompt" --prefill-tokens "$prompt" --concurrency 1 ${BENCH_ARGS:-} > "$work/bench.json" &&
-     "${client[@]}" health "$url" --key "$key" > "$work/after.json"; then
+     "${client[@]}" health "$url" --key "$key" --once > "$work/after.json"; then
     record "$head" warmup "$work/warm.json" bench "$work/bench.json" after "$work/after.json"
     say "$c $length: $("${client[@]}" summary "$work/bench.json" "$work/warm.json")"
     if [ "$length" != off ] && [[ $c != tandem-* ]] && ! grep -q '"draft_n": [1-9]' "$work/warm.json"; then
