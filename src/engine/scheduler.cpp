@@ -427,11 +427,17 @@ void Scheduler::step() {
     }
     return;
   }
-  // The verify cost: the step's decode alone, when it carried a draft (the draft model's mirror
-  // of the batch is the drafting's cost).
-  if (speculator_ && std::any_of(in_batch.begin(), in_batch.end(), [](Slot* s) { return s->checking_draft(); }))
-    speculator_->count_verify_time(now_s() - t0);
+  const double submitted = now_s() - t0;
   Speculator* spec = speculator_ && speculator_->process(batch) ? speculator_.get() : nullptr;
+  // The verify cost, when the step carried a draft: the decode thread's time in the model's step,
+  // its submission and its wait for the devices. llama_decode may return before a GPU is done;
+  // the first sample would wait anyway, so waiting here first costs nothing. The draft model's
+  // mirror of the batch (process()) runs meanwhile and counts as drafting.
+  if (speculator_ && std::any_of(in_batch.begin(), in_batch.end(), [](Slot* s) { return s->checking_draft(); })) {
+    const double t1 = now_s();
+    llama_synchronize(ctx_);
+    speculator_->count_verify_time(submitted + (now_s() - t1));
+  }
   int generated = 0;
   for (Slot* s : in_batch) generated += s->after_decode(ctx_, spec);
   record_tokens(generated);
