@@ -8,9 +8,10 @@
 // first decode ("layer input tensor is null"). The graphs name every layer's output, though, and
 // the input of layer il is the output of layer il - 1 ("l_out-<il-1>"; layer 0's is "embd"): the
 // tap asks ggml's scheduler to stop after those nodes and copies them out, with no change to
-// llama.cpp. The cost is the scheduler's: with a callback set it computes each split in pieces
-// cut at the observed nodes and waits for the device after every piece (see docs/speculation.md,
-// "EAGLE3 on a target that does not record its layer inputs").
+// llama.cpp. The cost is the scheduler's: with a callback set it computes every split as views
+// of its graph, cut at the observed nodes, and waits for the device after every piece; a view has
+// no graph id, so a worker's split is sent whole over ggml-rpc each step instead of recomputed
+// (docs/serve.md, "EAGLE3 on MiniMax-M3: the tap", has the figures).
 //
 // Used on the scheduler's decode thread only: the callback runs inside llama_decode() on the
 // thread that called it, and take() after it returns.

@@ -32,8 +32,9 @@ struct Eagle3Pair {
 inline Eagle3Pair write_eagle3_pair(const std::string& dir, const std::string& preset, uint32_t n_layer,
                                     bool own_embedding = false) {
   Eagle3Pair p;
-  p.target = dir + "/" + preset + ".gguf";
-  p.draft = dir + "/" + preset + "-eagle3.gguf";
+  const std::string name = dir + "/" + preset + "-" + std::to_string(n_layer);
+  p.target = name + ".gguf";
+  p.draft = name + "-eagle3.gguf";
   synth::ModelSpec spec = synth::preset(preset).value();
   spec.type = GGML_TYPE_IQ4_XS;
   spec.n_layer = n_layer;
