@@ -60,17 +60,21 @@ StepFigures measure(const std::string& synth, const std::vector<std::string>& se
   args.insert(args.end(), serve.begin(), serve.end());
   LocalCluster c(dir, 1, args, {}, synth);
   StepFigures f;
-  EXPECT_TRUE(c.wait_ready()) << c.log();
+  const bool ready = c.wait_ready();
+  EXPECT_TRUE(ready) << c.log();
   httplib::Client h("127.0.0.1", c.port());
   h.set_read_timeout(120, 0);
-  const std::string before = h.Get("/metrics")->body;
+  auto m0 = h.Get("/metrics");
+  if (!ready || !m0) return f;
+  const std::string before = m0->body;
   const json body = {
       {"model", "tiny"}, {"prompt", "Go"}, {"max_tokens", kTokens}, {"temperature", 0}, {"ignore_eos", true}};
   auto r = h.Post("/v1/completions", {{"Authorization", "Bearer " + c.key()}}, body.dump(), "application/json");
   EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer") << c.log();
   if (!r || r->status != 200) return f;
   f.text = json::parse(r->body)["choices"][0]["text"].get<std::string>();
-  const std::string after = h.Get("/metrics")->body;
+  auto m1 = h.Get("/metrics");
+  const std::string after = m1 ? m1->body : "";
   f.to_worker = link_bytes(after, "to_worker") - link_bytes(before, "to_worker");
   f.from_worker = link_bytes(after, "from_worker") - link_bytes(before, "from_worker");
   const json s = serve.empty() ? json::object() : settled_speculation(c);
@@ -99,7 +103,11 @@ std::pair<std::string, std::string> write_drafts(const std::string& dir, const s
 
 class DraftFolder {
  public:
-  DraftFolder() : path_(std::filesystem::path(TANDEM_TEST_TMP) / "Eagle3Split.drafts") {
+  // Beside the test's scratch folder (a second ScratchDir of a test empties it), one per test: ctest
+  // runs two at a time.
+  DraftFolder()
+      : path_(std::filesystem::path(TANDEM_TEST_TMP) /
+              (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".drafts")) {
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
