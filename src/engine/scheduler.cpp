@@ -9,6 +9,7 @@
 #include "common/host_memory.h"
 #include "common/log.h"
 #include "common/units.h"
+#include "engine/eagle3_tap.h"
 #include "engine/llama_log.h"
 #include "engine/request.h"
 #include "engine/slot.h"
@@ -103,6 +104,11 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
   cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;  // MiniMax-M3's sparse attention needs it
   cp.n_threads = cp.n_threads_batch = threads;
   cp.no_perf = true;
+  // An EAGLE3 draft on a target whose graph does not record the hidden states it reads: a tap on
+  // the graph's callback, which only a context's creation can set.
+  std::unique_ptr<Eagle3Tap> tap;
+  if (o.speculation.mode == "draft") tap = Eagle3Tap::for_draft(o.speculation.draft_model, model);
+  if (tap) tap->install(&cp);
   take_last_llama_error();
   llama_context* ctx = llama_init_from_model(model, cp);
   if (ctx == nullptr) {
@@ -123,7 +129,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
       return st;
     }
   }
-  auto speculator = Speculator::create(o.speculation, ctx, actual.parallel);
+  auto speculator = Speculator::create(o.speculation, ctx, actual.parallel, std::move(tap));
   if (!speculator.is_ok()) {
     llama_free(ctx);
     return speculator.status();

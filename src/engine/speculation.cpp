@@ -7,6 +7,8 @@
 
 #include "common.h"
 #include "common/log.h"
+#include "engine/eagle3_drafter.h"
+#include "engine/eagle3_tap.h"
 #include "engine/llama_log.h"
 #include "engine/model_loader.h"
 #include "llama.h"
@@ -28,13 +30,25 @@ std::string architecture(const llama_model* model) {
   return llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch) > 0 ? arch : "";
 }
 
-// Target architectures whose pinned graph records the layer inputs an EAGLE3 draft reads; others
-// abort the process in their first decode (minimax-m3 among them).
-bool records_layer_inputs(const std::string& arch) {
-  // pinned llama.cpp: text src/models/qwen3moe.cpp res->t_layer_inp
-  static const char* const kRecorded[] = {"llama",  "qwen3",     "qwen3moe", "qwen3next",
-                                          "qwen35", "qwen35moe", "gpt-oss",  "minimax-m2"};
-  return std::find(std::begin(kRecorded), std::end(kRecorded), arch) != std::end(kRecorded);
+// llama.cpp's synthetic acceptance rates for `length` tokens a step with drafts of `n_max`, as the
+// chance of each drafted token once the ones before it were kept (the same for every route,
+// tandem's EAGLE3 driver included).
+Result<std::vector<double>> synthetic_probs(double length, int n_max) {
+  common_params_speculative params;
+  params.synth_len = length;
+  std::vector<double> rates;
+  try {
+    rates = common_speculative_synth_rates_resolve(&params, n_max);
+  } catch (const std::exception& e) {
+    return Status::invalid_argument(std::string("spec_synth_len ") + std::to_string(length) + ": " + e.what());
+  }
+  std::vector<double> probs;
+  double before = 1.0;
+  for (const double rate : rates) {
+    probs.push_back(before > 0 ? rate / before : 0.0);
+    before = rate;
+  }
+  return probs;
 }
 
 }  // namespace
@@ -77,11 +91,13 @@ Status Speculator::load_draft(llama_context* target, int n_seq) {
   }
   draft_->eagle3 = architecture(draft_->model) == "eagle3";
   const std::string target_arch = architecture(llama_get_model(target));
-  if (draft_->eagle3 && !records_layer_inputs(target_arch)) {
+  // On a target whose graph does not record them, llama.cpp's own route aborts the process in the
+  // first decode; the tap (installed when the target's context was made) reads them instead.
+  if (draft_->eagle3 && tap_ == nullptr && !graph_records_layer_inputs(target_arch)) {
     return Status::invalid_argument("draft model " + path + ": an EAGLE3 draft reads the hidden states of the " +
                                     target_arch +
                                     " model's layers, which the pinned llama.cpp does not record for that "
-                                    "architecture; use an ordinary draft model or --speculative ngram");
+                                    "architecture, and no tap was installed in the target's context");
   }
   llama_context_params cp = llama_context_default_params();
   cp.n_ctx = llama_n_ctx(target);
@@ -101,12 +117,39 @@ Status Speculator::load_draft(llama_context* target, int n_seq) {
   return Status::ok();
 }
 
-Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions& o, llama_context* target, int n_seq) {
+Status Speculator::start_tapped_eagle3(llama_context* target, int n_seq) {
+  const llama_model* target_model = llama_get_model(target);
+  const std::string context = "draft model " + options_.draft_model;
+  TANDEM_RETURN_IF_ERROR(tap_->watch(Eagle3Drafter::target_layers(draft_->model), llama_model_n_layer(target_model),
+                                     llama_model_n_embd(target_model))
+                             .with_context(context));
+  // Sampled as llama.cpp's driver samples its EAGLE3 drafts.
+  const common_params_speculative_draft defaults;
+  Eagle3DrafterOptions eo;
+  eo.n_seq = n_seq;
+  eo.n_max = options_.draft_max;
+  eo.p_min = defaults.p_min;
+  eo.backend_sampling = defaults.backend_sampling;
+  auto drafter = Eagle3Drafter::create(draft_->ctx, target_model, eo);
+  if (!drafter.is_ok()) return drafter.status().with_context(context);
+  eagle3_ = std::move(drafter.value());
+  log::info("engine", "speculative decoding: the EAGLE3 draft reads the " + architecture(target_model) +
+                          " target's hidden states through a tap on its graph's callback");
+  return Status::ok();
+}
+
+common_speculative_draft_params& Speculator::draft_params(int seq) {
+  return eagle3_ ? eagle3_->params(seq) : common_speculative_get_draft_params(spec_, seq);
+}
+
+Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions& o, llama_context* target, int n_seq,
+                                                       std::unique_ptr<Eagle3Tap> tap) {
   TANDEM_RETURN_IF_ERROR(check_speculation_mode(o.mode));
   if (o.mode == "off") return std::unique_ptr<Speculator>();
   if (o.draft_max < 1 || o.draft_max > 32)
     return Status::invalid_argument("draft_max must be in [1, 32], got " + std::to_string(o.draft_max));
   std::unique_ptr<Speculator> s(new Speculator(o, n_seq));
+  s->tap_ = std::move(tap);
   common_params_speculative params;
   params.draft.n_max = o.draft_max;
   params.draft.n_min = 0;
@@ -115,7 +158,6 @@ Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions&
   params.ngram_map_k.size_n = kNgramKey;
   params.ngram_map_k.size_m = static_cast<uint16_t>(o.draft_max);
   params.ngram_map_k.min_hits = 1;
-  if (o.synth_len > 0) params.synth_len = o.synth_len;
   if (o.mode == "ngram") {
     params.types = {COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K};
   } else {
@@ -125,15 +167,18 @@ Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions&
     params.draft.ctx_tgt = target;
     params.draft.ctx_dft = s->draft_->ctx;
   }
+  if (s->draft_ && s->draft_->eagle3 && s->tap_) TANDEM_RETURN_IF_ERROR(s->start_tapped_eagle3(target, n_seq));
   try {
-    s->spec_ = common_speculative_init(params, static_cast<uint32_t>(n_seq));
+    if (!s->eagle3_) s->spec_ = common_speculative_init(params, static_cast<uint32_t>(n_seq));
   } catch (const std::exception& e) {
     return Status::invalid_argument("speculative decoding '" + o.mode + "'" +
                                     (o.mode == "draft" ? " with " + o.draft_model : std::string()) + ": " + e.what());
   }
-  if (s->spec_ == nullptr) return Status::internal("llama.cpp's speculative decoding did not start");
-  s->synth_probs_ = common_speculative_get_synth_probs(s->spec_);
-  if (!s->synth_probs_.empty()) {
+  if (s->spec_ == nullptr && !s->eagle3_) return Status::internal("llama.cpp's speculative decoding did not start");
+  if (o.synth_len > 0) {
+    auto probs = synthetic_probs(o.synth_len, o.draft_max);
+    if (!probs.is_ok()) return probs.status();
+    s->synth_probs_ = std::move(probs.value());
     s->stats_.synth_len = o.synth_len;
     log::warn("engine", "synthetic acceptance (benchmarks only): drafted tokens are kept at random for " +
                             std::to_string(o.synth_len) + " tokens a step on average; the text is not the model's");
@@ -147,13 +192,13 @@ Result<std::unique_ptr<Speculator>> Speculator::create(const SpeculationOptions&
 }
 
 void Speculator::begin(int seq, const std::vector<int>& held) {
-  common_speculative_begin(spec_, seq, std::vector<llama_token>(held.begin(), held.end()));
+  if (spec_ != nullptr) common_speculative_begin(spec_, seq, std::vector<llama_token>(held.begin(), held.end()));
 }
 
 void Speculator::want_draft(int seq, const std::vector<int>* held, int last, int pos, int n_max,
                             std::vector<int>* out) {
   out->clear();
-  auto& dp = common_speculative_get_draft_params(spec_, seq);
+  auto& dp = draft_params(seq);
   dp.drafting = true;
   dp.n_max = n_max;
   dp.pos0 = pos;
@@ -164,14 +209,18 @@ void Speculator::want_draft(int seq, const std::vector<int>* held, int last, int
 
 void Speculator::draft_all() {
   const auto t0 = std::chrono::steady_clock::now();
-  common_speculative_draft(spec_);
+  if (eagle3_) {
+    eagle3_->draft();
+  } else {
+    common_speculative_draft(spec_);
+  }
   stats_.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!draft_) return;
   // Drafting decoded its proposals into the draft's streams; the target's batch brings them back
   // through process(), after the positions the target holds.
   llama_memory_t mem = llama_get_memory(draft_->ctx);
   for (int seq = 0; seq < n_seq_; ++seq) {
-    auto& dp = common_speculative_get_draft_params(spec_, seq);
+    auto& dp = draft_params(seq);
     if (dp.result == nullptr) continue;
     llama_memory_seq_rm(mem, seq, dp.pos0, -1);
     dp.result = nullptr;
@@ -183,7 +232,7 @@ bool Speculator::process(const llama_batch& batch) {
   bool ok = false;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    ok = common_speculative_process(spec_, batch);
+    ok = eagle3_ ? process_tapped(batch) : common_speculative_process(spec_, batch);
   } catch (const std::exception& e) {
     log::warn("engine", std::string("speculative decoding: the draft's step failed: ") + e.what());
   }
@@ -195,8 +244,20 @@ bool Speculator::process(const llama_batch& batch) {
   return ok;
 }
 
+bool Speculator::process_tapped(const llama_batch& batch) {
+  if (Status st = tap_->take(batch.n_tokens, &features_); !st.is_ok()) {
+    log::warn("engine", "speculative decoding: the EAGLE3 tap: " + st.message());
+    return false;
+  }
+  return eagle3_->process(batch, features_.data());
+}
+
 void Speculator::accept(int seq, int n_accepted) {
-  common_speculative_accept(spec_, seq, static_cast<uint16_t>(n_accepted));
+  if (eagle3_) {
+    eagle3_->accept(seq, n_accepted);
+  } else {
+    common_speculative_accept(spec_, seq, static_cast<uint16_t>(n_accepted));
+  }
 }
 
 void Speculator::cut(int seq, int pos) {

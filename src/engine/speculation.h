@@ -24,8 +24,12 @@ struct llama_batch;
 struct llama_context;
 struct llama_model;
 struct common_speculative;
+struct common_speculative_draft_params;
 
 namespace tandem::engine {
+
+class Eagle3Drafter;
+class Eagle3Tap;
 
 struct SpeculationOptions {
   std::string mode = "off";  // "off", "ngram" or "draft"
@@ -42,9 +46,12 @@ class Speculator {
   // Null for mode "off". Loads the draft model on the head's own devices (its first GPU, else the
   // CPU; never a worker) with a context of the target's size and `n_seq` streams. Errors name the
   // file and the reason (missing, not a GGUF, a vocabulary other than the target's, an EAGLE3
-  // draft whose target the pinned llama.cpp cannot tap).
-  static Result<std::unique_ptr<Speculator>> create(const SpeculationOptions& options, llama_context* target,
-                                                    int n_seq);
+  // draft whose target the pinned llama.cpp cannot tap and no `tap` was given).
+  // `tap`: installed in `target` when it was made (Eagle3Tap::for_draft()); with it an EAGLE3 draft
+  // reads the target's hidden states from the tap and drafts through tandem's Eagle3Drafter
+  // instead of llama.cpp's driver.
+  static Result<std::unique_ptr<Speculator>> create(const SpeculationOptions& options, llama_context* target, int n_seq,
+                                                    std::unique_ptr<Eagle3Tap> tap = nullptr);
   ~Speculator();
   Speculator(const Speculator&) = delete;
   Speculator& operator=(const Speculator&) = delete;
@@ -86,11 +93,22 @@ class Speculator {
   Speculator(SpeculationOptions options, int n_seq);
   // Loads options_.draft_model on the head with its context beside `target`'s (see create()).
   Status load_draft(llama_context* target, int n_seq);
+  // The tapped route's drafter over the loaded EAGLE3 draft (tap_ set).
+  Status start_tapped_eagle3(llama_context* target, int n_seq);
+  // The draft request of `seq`, from whichever drafter runs.
+  common_speculative_draft_params& draft_params(int seq);
+  // process() on the tapped route: the tap's rows of `batch` to the drafter.
+  bool process_tapped(const llama_batch& batch);
 
   SpeculationOptions options_;
   struct Draft;
   std::unique_ptr<Draft> draft_;  // the draft model and its context ("draft" mode)
   common_speculative* spec_ = nullptr;
+  // The tapped route (an EAGLE3 draft on a target whose graph does not record the hidden states it
+  // reads): the tap, tandem's drafter in place of spec_, and the tap's rows of the last step.
+  std::unique_ptr<Eagle3Tap> tap_;
+  std::unique_ptr<Eagle3Drafter> eagle3_;
+  std::vector<float> features_;
   int n_seq_;
   bool failed_ = false;
   SpeculationStats stats_;

@@ -419,9 +419,10 @@ TEST(DraftSpeculation, SmallDraftDraftsForAQwen3MoeTarget) {
 
 // The pinned llama.cpp's minimax-m3 graph does not hand out its layers' inputs (qwen3moe's sets
 // res->t_layer_inp, minimax-m3.cpp does not), so an eagle3 draft cannot run against a minimax-m3
-// target: the target's first decode with the taps switched on aborts the process. synth writes the
-// draft all the same (its shape is right); whoever runs one must refuse that pairing. When an
-// upgrade makes this test fail, minimax-m3 targets can take eagle3 drafts: test them as qwen3moe's.
+// target through llama.cpp's own route: the target's first decode with the taps switched on aborts
+// the process. synth writes the draft all the same (its shape is right); tandem's engine takes the
+// states through a tap on the graph's callback instead (engine/eagle3_tap.h). When an upgrade
+// makes this test fail, minimax-m3 targets can take llama.cpp's route: test them as qwen3moe's.
 TEST(DraftSpeculation, Eagle3OnAMiniMaxM3TargetAbortsInThePin) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   ScratchDir dir;
