@@ -48,18 +48,12 @@ union of experts that cost allows.
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 
-
-def load_json(path):
-    with open(path) as f:
-        return json.load(f)
-
-
-def save_json(obj, path):
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=2)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from spec_report import load_json, save_json  # noqa: E402  (beside this script)
 
 # `tandem inspect --json` of `tandem synth --preset m3 --header-only` (IQ4_XS), the parts this
 # model reads.

@@ -21,6 +21,24 @@ inline double sample(const std::string& metrics, const std::string& name) {
   return at == std::string::npos ? -1 : std::stod(metrics.substr(at + name.size() + 2));
 }
 
+// A folder beside the test's scratch folder, for drafts that outlive one cluster (a second
+// ScratchDir of the same test is the same folder, emptied).
+class DraftDir {
+ public:
+  DraftDir()
+      : path_(std::filesystem::path(TANDEM_TEST_TMP) /
+              (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".drafts")) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~DraftDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
 class LocalCluster {
  public:
   // Writes the model, secret and key, starts `workers` workers and the gateway (with

@@ -101,28 +101,11 @@ std::pair<std::string, std::string> write_drafts(const std::string& dir, const s
   return {target, eagle3};
 }
 
-class DraftFolder {
- public:
-  // Beside the test's scratch folder (a second ScratchDir of a test empties it), one per test: ctest
-  // runs two at a time.
-  DraftFolder()
-      : path_(std::filesystem::path(TANDEM_TEST_TMP) /
-              (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".drafts")) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~DraftFolder() { std::filesystem::remove_all(path_); }
-  std::string path() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
 // The bytes from the worker that a step's one tapped worker layer adds: a float row per verify row.
 constexpr double kTapBytesPerStep = (1 + kDraftMax) * kNEmbd * 4.0;
 
 TEST(Eagle3Split, AnEagle3StepOnMinimaxM3BringsBackTheTappedWorkerLayerAndKeepsTheText) {
-  DraftFolder drafts;
+  DraftDir drafts;
   const std::string synth = "--preset tiny --type IQ4_XS";
   const auto [ordinary, eagle3] = write_drafts(drafts.path(), synth);
   const std::string n = std::to_string(kDraftMax);
@@ -147,7 +130,7 @@ TEST(Eagle3Split, AnEagle3StepOnMinimaxM3BringsBackTheTappedWorkerLayerAndKeepsT
 }
 
 TEST(Eagle3Split, OnQwen3moeTheTapBringsBackWhatLlamaCppsOwnRouteDoes) {
-  DraftFolder drafts;
+  DraftDir drafts;
   const std::string synth = "--preset tiny-qwen3moe --layers 4 --type IQ4_XS";
   const auto [ordinary, eagle3] = write_drafts(drafts.path(), synth);
   const std::string n = std::to_string(kDraftMax);

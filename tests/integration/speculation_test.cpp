@@ -32,23 +32,6 @@ struct Served {
   json bench;  // `tandem bench --json`'s figures, run after the completion
 };
 
-// A folder beside the test's scratch folder, for drafts that outlive one cluster (a second
-// ScratchDir of the same test is the same folder, emptied).
-class DraftDir {
- public:
-  DraftDir()
-      : path_(std::filesystem::path(TANDEM_TEST_TMP) /
-              (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".drafts")) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~DraftDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
 // The greedy completion of the repeating prompt on `cluster`, its text ("" and a failure unless 200).
 std::string post_text(const LocalCluster& cluster) {
   httplib::Client c("127.0.0.1", cluster.port());

@@ -155,15 +155,20 @@ TEST(Synth, TheDeepProxiesHaveTheirModelsPerTokenShapes) {
   }
 }
 
+// The headers of preset `proxy` and of the real MiniMax-M3, as the planner reads them.
+std::pair<Result<plan::ModelInfo>, Result<plan::ModelInfo>> proxy_and_real(const ScratchDir& dir,
+                                                                           const std::string& proxy_name) {
+  ModelSpec proxy = preset(proxy_name).value(), real = preset("m3").value();
+  proxy.header_only = real.header_only = true;
+  EXPECT_TRUE(write_model(proxy, dir.file("proxy.gguf"), {}).is_ok());
+  EXPECT_TRUE(write_model(real, dir.file("real.gguf"), {}).is_ok());
+  return {plan::read_model_info(dir.file("proxy.gguf")), plan::read_model_info(dir.file("real.gguf"))};
+}
+
 TEST(Synth, M3ProxyReadsWhatTheRealModelReadsPerToken) {
   // The proxy has 16 experts instead of 128, so a fraction of the file, but the same bytes per token.
   ScratchDir dir;
-  ModelSpec proxy = preset("m3-proxy").value(), real = preset("m3").value();
-  proxy.header_only = real.header_only = true;
-  ASSERT_TRUE(write_model(proxy, dir.file("proxy.gguf"), {}).is_ok());
-  ASSERT_TRUE(write_model(real, dir.file("real.gguf"), {}).is_ok());
-  auto p = plan::read_model_info(dir.file("proxy.gguf"));
-  auto m = plan::read_model_info(dir.file("real.gguf"));
+  auto [p, m] = proxy_and_real(dir, "m3-proxy");
   ASSERT_TRUE(p.is_ok() && m.is_ok());
   // Only the router (E x experts, F32) and routing bias differ per token.
   const uint64_t router_diff = m->active.router - p->active.router;
@@ -176,12 +181,7 @@ TEST(Synth, M3ExpertsProxyIsTheRealModelsLayersWithEveryExpert) {
   // Fewer layers, each one exactly the real model's (both kinds: dense and 128-expert MoE), and a
   // file that fits the lent GPU's disk beside a split's worker cache of half of it.
   ScratchDir dir;
-  ModelSpec proxy = preset("m3-experts-proxy").value(), real = preset("m3").value();
-  proxy.header_only = real.header_only = true;
-  ASSERT_TRUE(write_model(proxy, dir.file("proxy.gguf"), {}).is_ok());
-  ASSERT_TRUE(write_model(real, dir.file("real.gguf"), {}).is_ok());
-  auto p = plan::read_model_info(dir.file("proxy.gguf"));
-  auto m = plan::read_model_info(dir.file("real.gguf"));
+  auto [p, m] = proxy_and_real(dir, "m3-experts-proxy");
   ASSERT_TRUE(p.is_ok() && m.is_ok());
   EXPECT_EQ(p->n_layer, 7u);
   EXPECT_EQ(p->n_layer_dense_lead, 1u);
