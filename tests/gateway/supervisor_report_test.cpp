@@ -66,7 +66,9 @@ TEST(SupervisorReport, TheMetricFamiliesKeepTheirNamesAndOrder) {
                                              "tandem_prompt_cache_failed_restores_total",
                                              "tandem_speculative_steps_total",
                                              "tandem_speculative_drafted_tokens_total",
-                                             "tandem_speculative_accepted_tokens_total"};
+                                             "tandem_speculative_accepted_tokens_total",
+                                             "tandem_speculative_draft_seconds_total",
+                                             "tandem_speculative_verify_seconds_total"};
   EXPECT_EQ(family_names(supervisor_metric_families(two_workers_ready())), expected);
 }
 
