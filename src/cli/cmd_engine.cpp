@@ -94,6 +94,7 @@ void run_server(EngineFlags& f) {
   c.scheduler.threads = l.threads;
   c.scheduler.context = l.context;
   c.scheduler.parallel = l.parallel;
+  c.scheduler.kv_type = l.kv_type;
   c.scheduler.prompt_cache_bytes = l.prompt_cache_bytes;
   c.scheduler.prompt_cache_dir = l.prompt_cache_dir;
   c.scheduler.prompt_cache_dir_bytes = l.prompt_cache_dir_bytes;

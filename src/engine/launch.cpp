@@ -70,6 +70,12 @@ const std::vector<LaunchFlag> kFlags = {
     {"-c,--context", Kind::value, "Context size in tokens (--socket: per parallel slot)",
      [](const EngineLaunch& l) { return Values{std::to_string(l.context)}; },
      [](EngineLaunch& l, const std::string& v) { return read_int(v, l.context, "--context"); }},
+    {"--kv-type", Kind::value, "--socket: the KV cache's type, keys and values (f16, q8_0, ...; default f16)",
+     [](const EngineLaunch& l) { return l.kv_type == "f16" ? Values{} : Values{l.kv_type}; },
+     [](EngineLaunch& l, const std::string& v) {
+       l.kv_type = v;
+       return Status::ok();
+     }},
     {"--parallel", Kind::value, "--socket: requests decoded at the same time (slots)",
      [](const EngineLaunch& l) { return Values{std::to_string(l.parallel)}; },
      [](EngineLaunch& l, const std::string& v) { return read_int(v, l.parallel, "--parallel"); }},

@@ -26,6 +26,7 @@ struct EngineLaunch {
   std::string socket_path;                               // --socket: serve the engine protocol there ("": one-shot)
   std::string model;                                     // -m: GGUF path
   int context = 512;                                     // -c: tokens per slot
+  std::string kv_type = "f16";                           // --kv-type: the KV cache's type (--socket)
   int parallel = 1;                                      // --parallel: slots
   int cpu_layers = 0;                                    // --cpu-layers: leading layers on the host CPU
   std::vector<std::string> rpc;                          // --rpc: ggml RPC servers (HOST:PORT), in order

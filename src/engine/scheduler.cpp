@@ -14,6 +14,7 @@
 #include "engine/request.h"
 #include "engine/slot.h"
 #include "llama.h"
+#include "plan/memory_model.h"
 
 namespace tandem::engine {
 namespace {
@@ -96,7 +97,10 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
   auto cache = PromptCache::create(std::move(pco));
   if (!cache.is_ok()) return cache.status();
   const int threads = o.threads > 0 ? o.threads : physical_cores();
+  auto kv_type = plan::parse_kv_type(o.kv_type);
+  if (!kv_type.is_ok()) return kv_type.status().with_context("kv_type");
   llama_context_params cp = llama_context_default_params();
+  cp.type_k = cp.type_v = static_cast<ggml_type>(kv_type.value());
   cp.n_ctx = static_cast<uint32_t>(o.context) * static_cast<uint32_t>(o.parallel);
   cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(o.batch);
   cp.n_seq_max = static_cast<uint32_t>(o.parallel);
@@ -114,8 +118,9 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
   if (ctx == nullptr) {
     const std::string reason = take_last_llama_error();
     return Status::resource_exhausted("creating the context failed: " + std::to_string(o.parallel) + " slots × " +
-                                      std::to_string(o.context) + " tokens (KV cache F16, flash attention on, batch " +
-                                      std::to_string(o.batch) + ")" + (reason.empty() ? "" : ": " + reason));
+                                      std::to_string(o.context) + " tokens (KV cache " + o.kv_type +
+                                      ", flash attention on, batch " + std::to_string(o.batch) + ")" +
+                                      (reason.empty() ? "" : ": " + reason));
   }
   SchedulerOptions actual = o;
   actual.context = static_cast<int>(llama_n_ctx_seq(ctx));
@@ -129,7 +134,9 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(llama_model* model, const S
       return st;
     }
   }
-  auto speculator = Speculator::create(o.speculation, ctx, actual.parallel, std::move(tap));
+  SpeculationOptions speculation = o.speculation;
+  speculation.kv_type = kv_type.value();
+  auto speculator = Speculator::create(speculation, ctx, actual.parallel, std::move(tap));
   if (!speculator.is_ok()) {
     llama_free(ctx);
     return speculator.status();

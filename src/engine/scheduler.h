@@ -40,6 +40,9 @@ struct SchedulerOptions {
   int context = 4096;  // tokens of context per slot (the KV cache holds context × parallel)
   int batch = 512;     // tokens per llama_decode call at most
   int threads = 0;     // CPU threads; 0: all cores
+  // The KV cache's type, of keys and values alike ([model] kv_type: the plan counts the cache in
+  // it), and of a draft model's cache too.
+  std::string kv_type = "f16";
   // Prompt tokens of one slot per decode at most; 0: as many as the batch holds. See
   // docs/engine-protocol.md (exactness) for why a value below 64 makes results independent of
   // what else shares the batch on the CPU backend.

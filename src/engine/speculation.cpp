@@ -105,6 +105,7 @@ Status Speculator::load_draft(llama_context* target, int n_seq) {
   cp.n_seq_max = static_cast<uint32_t>(n_seq);
   cp.kv_unified = false;
   cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+  cp.type_k = cp.type_v = static_cast<ggml_type>(options_.kv_type);  // as the plan counts it
   cp.n_threads = cp.n_threads_batch = llama_n_threads(target);
   cp.no_perf = true;
   cp.ctx_other = target;  // an EAGLE3 draft reads the target's hidden states

@@ -39,6 +39,7 @@ struct SpeculationOptions {
   // rates that make a step yield this many tokens on average (in [1, draft_max + 1]); the text is
   // then not the model's.
   double synth_len = 0;
+  int kv_type = 1;  // ggml_type of the draft's KV cache (1: F16); the scheduler gives the model's
 };
 
 class Speculator {

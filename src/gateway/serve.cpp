@@ -284,6 +284,7 @@ SupervisorOptions supervisor_options(const ServeOptions& o, const plan::Plan& p,
   so.speculative = c.model.speculative;
   so.draft_model = c.model.draft_model;
   so.draft_max = c.model.draft_max;
+  so.kv_type = c.model.kv_type;
   so.spec_synth_len = c.model.spec_synth_len;
   so.backtraces = c.cluster.backtraces;
   so.engine_flags = engine_flags_for(p.split, c.model.engine_flags);

@@ -45,9 +45,10 @@ struct SupervisorOptions {
   std::string head_name = "head";
   int cpu_layers = 0;  // the plan's split (see engine::Placement)
   std::vector<int> device_layers;
-  bool workers_first = false;  // RPC devices before the head's GPUs
-  bool ffn_tensor = false;     // every layer on every device, the FFNs split (parallelism ffn-tensor)
-  int context = 4096;          // per slot
+  bool workers_first = false;   // RPC devices before the head's GPUs
+  bool ffn_tensor = false;      // every layer on every device, the FFNs split (parallelism ffn-tensor)
+  int context = 4096;           // per slot
+  std::string kv_type = "f16";  // the KV cache's type, as planned
   int parallel = 1;
   int threads = 0;
   bool cuda_graphs = true;

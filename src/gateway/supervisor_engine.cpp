@@ -95,6 +95,7 @@ engine::EngineLaunch Supervisor::engine_launch() {
   l.speculative = options_.speculative;
   l.draft_model = options_.draft_model;
   l.draft_max = options_.draft_max;
+  l.kv_type = options_.kv_type;
   l.spec_synth_len = options_.spec_synth_len;
   l.worker_caches = cache_listings();
   l.json_logs = log::format() == log::Format::json;

@@ -32,6 +32,7 @@ EngineLaunch every_field_set() {
   l.draft_model = "/models/m3-eagle3.gguf";
   l.draft_max = 5;
   l.spec_synth_len = 2.5;
+  l.kv_type = "q8_0";
   l.json_logs = true;
   l.extra = {"--batch", "256", "--no-input-reuse"};
   return l;

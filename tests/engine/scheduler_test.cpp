@@ -610,6 +610,36 @@ TEST_F(SchedulerTest, SpeculationWithADraftModelFollowsAPromptCacheRestore) {
   EXPECT_GT(s->stats().speculation.accepted, 0u);
 }
 
+// [model] kv_type reaches the context (the plan counts the cache in it): a q8_0 cache holds a
+// sequence in about half the bytes of an f16 one, as the prompt cache's saved states show, and a
+// draft model's cache follows. An unknown type is refused with its name.
+TEST_F(SchedulerTest, TheKvTypeIsTheCachesType) {
+  uint64_t saved[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    SchedulerOptions o;
+    o.context = 512;
+    o.threads = 1;
+    o.prompt_cache_bytes = uint64_t{64} << 20;
+    o.kv_type = i == 0 ? "f16" : "q8_0";
+    o.speculation = {"draft", *model_path_, 4};
+    auto s = Scheduler::create(model_, o);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    const EngineEvent e = run(*s.value(), "kv", RequestKind::completion, greedy(repeating_prompt(), 8));
+    ASSERT_EQ(e.type, EngineEvent::Type::done) << o.kv_type << ": " << e.message;
+    saved[i] = settled(*s.value(), 1).saved_bytes;
+    ASSERT_GT(saved[i], 0u) << o.kv_type;
+  }
+  // q8_0: 34 bytes a 32-value block against 64; the state's other parts are small.
+  EXPECT_LT(static_cast<double>(saved[1]), 0.6 * static_cast<double>(saved[0]));
+  EXPECT_GT(static_cast<double>(saved[1]), 0.45 * static_cast<double>(saved[0]));
+  SchedulerOptions wrong;
+  wrong.kv_type = "q3";
+  auto refused = Scheduler::create(model_, wrong);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("unknown KV cache type 'q3'"), std::string::npos)
+      << refused.status().to_string();
+}
+
 // A draft that disagrees with the target (another model of the same vocabulary: the tiny preset
 // with other weights): most of its tokens are refused, and the tokens stay greedy's.
 // Another model of the fixture's vocabulary (the tiny preset with other weights): a draft the

@@ -29,7 +29,8 @@ struct Served {
   std::string text;
   json speculative;
   std::string metrics;
-  json bench;  // `tandem bench --json`'s figures, run after the completion
+  json bench;       // `tandem bench --json`'s figures, run after the completion
+  std::string log;  // the cluster's, serve's included
 };
 
 // The greedy completion of the repeating prompt on `cluster`, its text ("" and a failure unless 200).
@@ -68,6 +69,7 @@ Served serve_once(const ScratchDir& dir, const std::vector<std::string>& args) {
   Served out;
   EXPECT_TRUE(cluster.wait_ready()) << cluster.log();
   out.text = post_text(cluster);
+  out.log = cluster.log();
   if (out.text.empty()) return out;
   out.speculative = speculation_after_a_step(cluster);
   httplib::Client c("127.0.0.1", cluster.port());
@@ -120,14 +122,16 @@ TEST(Speculation, NgramAndADraftModelThroughTheSplitKeepTheTextAndShowTheirFigur
 
 // A benchmark's synthetic acceptance through serve's flag: every drafted token is kept at
 // --spec-synth-len = --draft-max + 1 (a drafted end of generation aside), /health says the length
-// is synthetic, and /metrics has the times of drafting and checking.
+// is synthetic, and /metrics has the times of drafting and checking. With a q8_0 KV cache, which
+// serve hands the engine as planned.
 TEST(Speculation, SyntheticAcceptanceThroughServeShowsItsLengthAndTimes) {
   ScratchDir dir;
   DraftDir drafts;
   const std::string model = drafts.file("tiny.gguf");
   ASSERT_EQ(run_tandem("synth --preset tiny --type IQ4_XS --seed 7 -o " + model, dir.file("")).exit_code, 0);
-  const Served on =
-      serve_once(dir, {"--speculative", "draft", "--draft-model", model, "--draft-max", "3", "--spec-synth-len", "4"});
+  const Served on = serve_once(dir, {"--speculative", "draft", "--draft-model", model, "--draft-max", "3",
+                                     "--spec-synth-len", "4", "--kv-type", "q8_0"});
+  EXPECT_NE(on.log.find("--kv-type q8_0"), std::string::npos) << on.log;
   const json& s = on.speculative;
   EXPECT_EQ(s.value("synthetic_length", 0.0), 4.0) << s.dump();
   EXPECT_GT(s.value("acceptance_length", 0.0), 3.5) << s.dump();
