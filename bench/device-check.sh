@@ -5,7 +5,8 @@
 # process and split through a tandem worker on the same GPU, the worker's layers first (so that the
 # head reads the worker's results, MiniMax-M3's f32 mask cast among them), by default and with each
 # engine flag given (default: --no-local-casts). Every run of one model must give the same tokens.
-# Then the prompt cache through tandem serve split (bench/prompt-cache-check.sh).
+# Then the prompt cache through tandem serve split (bench/prompt-cache-check.sh), again with a q8_0
+# KV cache on the minimax-m3 tiny model.
 # Run it as `bench/device-compare.sh check [FLAG]`; logs in $OUT.
 # SPLIT overrides the split's engine flags (e.g. for a dry run on a CPU build).
 set -uo pipefail
@@ -45,4 +46,7 @@ for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
 pids=()
 echo "== the prompt cache through tandem serve split: a restored state against its slot's own prefix"
 "$root/bench/prompt-cache-check.sh" "$out" || status=1
+# The shipped example's KV type (q8_0) on MiniMax-M3's graph, its sparse attention's cache included.
+echo "== the same with a q8_0 KV cache, the minimax-m3 tiny model"
+KV_TYPE=q8_0 PRESETS=tiny "$root/bench/prompt-cache-check.sh" "$out" || status=1
 exit "$status"

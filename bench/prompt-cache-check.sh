@@ -8,7 +8,8 @@
 # must show the restore with the worker holding its part. One line per model; exit 1 on a mismatch.
 #
 #   bench/prompt-cache-check.sh OUT_DIR      (BUILD: the build folder, default build-cuda;
-#                                              PRESETS: default tiny tiny-qwen3moe tiny-glm4moe)
+#                                              PRESETS: default tiny tiny-qwen3moe tiny-glm4moe;
+#                                              KV_TYPE: serve's --kv-type, default f16)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: prompt-cache-check.sh OUT_DIR}
@@ -31,7 +32,8 @@ for preset in ${PRESETS:-tiny tiny-qwen3moe tiny-glm4moe}; do
     >"$out/pc-$preset-worker.log" 2>&1 & pids+=($!)
   "$build/tandem" serve -m "$model" --worker w=127.0.0.1:$wport --secret-file "$out/pc-cluster.key" \
     --keys-db "$out/pc-keys.db" --listen 127.0.0.1:$port --parallel 1 --context 4096 --prompt-cache 1GiB \
-    --layers $((layers / 2)),$((layers - layers / 2)) --model-id check >"$out/pc-$preset-serve.log" 2>&1 & pids+=($!)
+    --layers $((layers / 2)),$((layers - layers / 2)) --kv-type "${KV_TYPE:-f16}" --model-id check \
+    >"$out/pc-$preset-serve${KV_TYPE:+-$KV_TYPE}.log" 2>&1 & pids+=($!)
   python3 - "$port" "$key" "$preset" <<'EOF' || status=1
 import json, sys, time, urllib.request
 port, key, preset = sys.argv[1:4]
