@@ -82,8 +82,8 @@ void Slot::start(std::unique_ptr<Job> job, llama_context* ctx, Speculator* spec)
 bool Slot::want_draft(Speculator& spec, int n_max) {
   draft_.clear();
   if (!generating() || n_generated_ < static_cast<int>(job_->forced.size())) return false;
+  if (job_->draft_max >= 0) n_max = std::min(n_max, job_->draft_max);  // the request's own cap
   // Room for the tokens it may keep: the job's limit and the context, as decoding one by one has.
-  if (job_->draft_max >= 0) n_max = std::min(n_max, job_->draft_max);
   n_max = std::min({n_max, job_->max_tokens - n_generated_ - 1, n_ctx_ - 2 - static_cast<int>(cache_.size()) - 1});
   if (n_max < 1) return false;
   spec.want_draft(seq_id_, &cache_, next_, static_cast<int>(cache_.size()), n_max, &draft_);
