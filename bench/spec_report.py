@@ -16,8 +16,8 @@ MODEL.json is `tandem inspect --json` of the model.
 A verify step of k drafted tokens carries k+1 tokens. A 1-token step is the k = 0 requests' time
 per decoded token (the client's: first to last token) less the draft model's reading of each token
 (draft_seconds' growth at k = 0: a request without drafts still feeds the draft model). Per k:
-  verify_cost       verify_seconds / steps ÷ a 1-token step. tandem's engine times llama_decode
-                    alone, which on a GPU may return before the device is done: a lower bound there
+  verify_cost       verify_seconds / steps ÷ a 1-token step. tandem's engine times llama_decode and
+                    its wait for the devices after it (the draft model's reading of the batch overlaps)
   verify_cost_wall  (the client's time per step - draft_seconds / steps) ÷ a 1-token step: the
                     whole step less its drafting, sampling and streaming included as at k = 0
   wall_cost         the client's time per step ÷ its time per token at k = 0, drafting included
@@ -191,7 +191,7 @@ def markdown(result, runs):
                f"{fmt(v['one_token_ms'])} ms by the client, the draft model's reading of it "
                f"{fmt(v['mirror_ms_per_token'])} ms of that):", "", "| k (step of k+1 tokens) | " +
                " | ".join(str(k) for k in range(1, v["draft_max"] + 1)) + " |", "|---|" + "---|" * v["draft_max"]]
-        for row, key in (("verify ms (engine: llama_decode)", "step_ms"), ("÷ 1-token step", "cost"),
+        for row, key in (("verify ms (engine: decode and wait)", "step_ms"), ("÷ 1-token step", "cost"),
                          ("step ms (client)", "wall_step_ms"), ("÷ 1-token step", "wall_cost"),
                          ("draft ms per step", "draft_ms_per_step"), ("step less draft ÷ 1-token step", "wall_verify_cost"),
                          ("tokens per step", "acceptance_length")):
