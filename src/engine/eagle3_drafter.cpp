@@ -84,12 +84,8 @@ Eagle3Drafter::~Eagle3Drafter() {
 }
 
 void Eagle3Drafter::add(llama_token token, llama_pos pos, int seq, const float* g, bool logits) {
-  const int i = batch_.n_tokens++;
-  batch_.token[i] = token;
-  batch_.pos[i] = pos;
-  batch_.n_seq_id[i] = 1;
-  batch_.seq_id[i][0] = seq;
-  batch_.logits[i] = logits ? 1 : 0;
+  const int i = batch_.n_tokens;
+  common_batch_add(batch_, token, pos, {seq}, logits);
   std::memcpy(pair_embd_.data() + static_cast<size_t>(i) * static_cast<size_t>(n_dec_), g,
               static_cast<size_t>(n_dec_) * sizeof(float));
 }

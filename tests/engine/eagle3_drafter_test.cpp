@@ -23,7 +23,6 @@ namespace tandem::engine {
 namespace {
 
 using tandem::testing::ScratchDir;
-using testing::add_token;
 using testing::argmax;
 using testing::ContextPtr;
 using testing::Eagle3Pair;
@@ -46,8 +45,8 @@ class TwoRoutes {
       for (Speculator* s : {own_, tapped_}) s->begin(static_cast<int>(seq), {});
       for (size_t i = 0; i < prompts[seq].size(); ++i) {
         if (i + 1 == prompts[seq].size()) last.push_back(batch.n_tokens);
-        add_token(batch, prompts[seq][i], static_cast<llama_pos>(i), static_cast<llama_seq_id>(seq),
-                  i + 1 == prompts[seq].size());
+        common_batch_add(batch, prompts[seq][i], static_cast<llama_pos>(i), {static_cast<llama_seq_id>(seq)},
+                         i + 1 == prompts[seq].size());
       }
       held_[seq] = prompts[seq];
     }
@@ -77,9 +76,9 @@ class TwoRoutes {
       *drafted += static_cast<int>(a[seq].size());
       const int pos = static_cast<int>(held[seq].size());
       first.push_back(batch.n_tokens);
-      add_token(batch, next_[seq], pos, static_cast<llama_seq_id>(seq), true);
+      common_batch_add(batch, next_[seq], pos, {static_cast<llama_seq_id>(seq)}, true);
       for (size_t i = 0; i < a[seq].size(); ++i)
-        add_token(batch, a[seq][i], pos + 1 + static_cast<int>(i), static_cast<llama_seq_id>(seq), true);
+        common_batch_add(batch, a[seq][i], pos + 1 + static_cast<int>(i), {static_cast<llama_seq_id>(seq)}, true);
     }
     const bool ok = decode(batch);
     llama_batch_free(batch);

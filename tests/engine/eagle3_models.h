@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common.h"
 #include "engine/model_loader.h"
 #include "ggml.h"
 #include "llama.h"
@@ -64,16 +65,6 @@ inline llama_context_params scheduler_like_params(int n_seq, int n_batch = 64) {
   cp.n_threads = cp.n_threads_batch = 1;
   cp.no_perf = true;
   return cp;
-}
-
-// One token of `seq` at `pos` appended to `batch`.
-inline void add_token(llama_batch& batch, llama_token token, llama_pos pos, llama_seq_id seq, bool logits) {
-  const int i = batch.n_tokens++;
-  batch.token[i] = token;
-  batch.pos[i] = pos;
-  batch.n_seq_id[i] = 1;
-  batch.seq_id[i][0] = seq;
-  batch.logits[i] = logits ? 1 : 0;
 }
 
 // The most likely token at output `i` of the last decode.

@@ -21,7 +21,6 @@ namespace tandem::engine {
 namespace {
 
 using tandem::testing::ScratchDir;
-using testing::add_token;
 using testing::ContextPtr;
 using testing::Eagle3Pair;
 using testing::scheduler_like_params;
@@ -40,8 +39,8 @@ bool decode(llama_context* ctx, const std::vector<TokenRun>& runs) {
   llama_batch batch = llama_batch_init(64, 0, 1);
   for (size_t r = 0; r < runs.size(); ++r) {
     for (int i = 0; i < runs[r].n; ++i) {
-      add_token(batch, 100 + 7 * (runs[r].pos + i) + 13 * runs[r].seq, runs[r].pos + i, runs[r].seq,
-                r == 0 && i + 1 == runs[r].n);
+      common_batch_add(batch, 100 + 7 * (runs[r].pos + i) + 13 * runs[r].seq, runs[r].pos + i, {runs[r].seq},
+                       r == 0 && i + 1 == runs[r].n);
     }
   }
   const bool ok = llama_decode(ctx, batch) == 0;

@@ -168,4 +168,20 @@ std::string LocalCluster::log() const {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+nlohmann::json settled_speculation(const LocalCluster& cluster) {
+  httplib::Client c("127.0.0.1", cluster.port());
+  const httplib::Headers auth = {{"Authorization", "Bearer " + cluster.key()}};
+  nlohmann::json last;
+  for (int i = 0; i < 16; ++i) {
+    auto r = c.Get("/health", auth);
+    const nlohmann::json now =
+        r ? nlohmann::json::parse(r->body, nullptr, false).value("speculative", nlohmann::json()) : nlohmann::json();
+    if (now.is_object() && now.value("mode", "off") == "off") return now;
+    if (!last.is_null() && now == last && now.value("steps", 0) > 0) return now;
+    last = now;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  }
+  return last;
+}
+
 }  // namespace tandem::testing

@@ -7,6 +7,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,11 @@ class LocalCluster {
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   std::unique_ptr<ChildProcess> gateway_;
 };
+
+// /health's `speculative` once it shows a checking step and two reads a refresh of
+// the gateway's engine figures apart (it asks the engine every second) agree: the figures of the
+// requests that have ended. Right away when speculation is off; as last read after 20 s.
+nlohmann::json settled_speculation(const LocalCluster& cluster);
 
 // A POST with its own client on a thread of its own, read as it arrives, so that a test can wait
 // for its first generated text instead of for a while ("the stream is under way").

@@ -37,22 +37,6 @@ double link_bytes(const std::string& metrics, const char* direction) {
   return sample(metrics, std::string("tandem_link_bytes_total{worker=\"w0\",direction=\"") + direction + "\"}");
 }
 
-// /health's speculative steps once two reads a refresh apart agree (the gateway asks the engine
-// for its figures every second).
-json settled_speculation(const LocalCluster& c) {
-  httplib::Client h("127.0.0.1", c.port());
-  const httplib::Headers auth = {{"Authorization", "Bearer " + c.key()}};
-  json last;
-  for (int i = 0; i < 20; ++i) {
-    auto r = h.Get("/health", auth);
-    json now = r ? json::parse(r->body)["speculative"] : json();
-    if (!last.is_null() && now == last && now.value("steps", 0) > 0) return now;
-    last = now;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-  }
-  return last;
-}
-
 // One greedy request of kTokens tokens on a fresh cluster of `synth` with `serve` flags.
 StepFigures measure(const std::string& synth, const std::vector<std::string>& serve) {
   ScratchDir dir;

@@ -44,21 +44,6 @@ std::string post_text(const LocalCluster& cluster) {
   return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : "";
 }
 
-// /health's speculative object once it shows a checking step (the gateway asks the engine for its
-// figures every second), or as it is after 10 s; right away when speculation is off.
-json speculation_after_a_step(const LocalCluster& cluster) {
-  httplib::Client c("127.0.0.1", cluster.port());
-  const httplib::Headers auth = {{"Authorization", "Bearer " + cluster.key()}};
-  json s;
-  for (int i = 0; i < 100; ++i) {
-    auto r = c.Get("/health", auth);
-    if (r) s = json::parse(r->body)["speculative"];
-    if (s.value("mode", "off") == "off" || s.value("steps", 0) > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return s;
-}
-
 Served serve_once(const ScratchDir& dir, const std::vector<std::string>& args) {
   // Verify steps of at most 3 rows: the CPU's repacked weights take gemv below 4 rows, as for
   // one token (docs/engine-protocol.md, exactness), so the text is decoding's one by one.
@@ -71,7 +56,7 @@ Served serve_once(const ScratchDir& dir, const std::vector<std::string>& args) {
   out.text = post_text(cluster);
   out.log = cluster.log();
   if (out.text.empty()) return out;
-  out.speculative = speculation_after_a_step(cluster);
+  out.speculative = settled_speculation(cluster);
   httplib::Client c("127.0.0.1", cluster.port());
   out.metrics = c.Get("/metrics")->body;
   auto b =
@@ -167,7 +152,7 @@ TEST(Speculation, AWorkerLostMidStepEndsTheRequestAndTheClusterRecovers) {
   auto r = c.Post("/v1/completions", auth, again.dump(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
-  const json h = speculation_after_a_step(cluster);
+  const json h = settled_speculation(cluster);
   EXPECT_GT(h.value("steps", 0), 0) << "the restarted engine drafts again: " << h.dump();
 }
 
@@ -196,7 +181,7 @@ TEST(Speculation, AnEagle3DraftOverTheSplitKeepsTheText) {
   LocalCluster on(again, 1, args, {}, "--preset tiny-qwen3moe --type IQ4_XS");
   ASSERT_TRUE(on.wait_ready()) << on.log();
   EXPECT_EQ(post_text(on), text_off);
-  const json h = speculation_after_a_step(on);
+  const json h = settled_speculation(on);
   EXPECT_GT(h.value("steps", 0), 0) << h.dump() << on.log();
 }
 
